@@ -1,0 +1,361 @@
+"""One pydantic schema for the whole pipeline, validated completely before anything starts.
+
+Relative paths in a config file are resolved against the directory of that file, so a config
+means the same thing whatever the caller's working directory is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+
+from .errors import ConfigError
+
+PHASES: tuple[str, ...] = ("datagen", "extract", "train", "bench")
+Port = Annotated[int, Field(ge=1, le=65535)]
+PositiveFloat = Annotated[float, Field(gt=0)]
+
+PROTECTED_PROCESS_NAMES = (
+    "nvidia-persistenced",
+    "nv-fabricmanager",
+    "nv-hostengine",
+    "dcgm-exporter",
+    "nvidia-cuda-mps-control",
+    "nvidia-cuda-mps-server",
+    "Xorg",
+    "nvidia-device-plugin",
+)
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+class EngineEnv(Strict):
+    """How to run commands inside an engine's environment: the venv's interpreter (its console
+    scripts sit beside it), or a command prefix that enters an environment managed elsewhere
+    (e.g. ["conda", "run", "-n", "vllm"]); `python` and console scripts then run under it."""
+
+    python: Path | None = None
+    command_prefix: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one_way(self) -> "EngineEnv":
+        if self.python is None and not self.command_prefix:
+            raise ValueError("set either 'python' (path to the engine venv's interpreter) or 'command_prefix'")
+        if self.python is not None and self.command_prefix:
+            raise ValueError("set only one of 'python' and 'command_prefix'")
+        return self
+
+    def python_argv(self) -> list[str]:
+        return [*self.command_prefix, "python"] if self.command_prefix else [str(self.python)]
+
+    def script_argv(self, name: str) -> list[str]:
+        """argv that runs a console script of the engine env (vllm, speculators, torchrun)."""
+        return [*self.command_prefix, name] if self.command_prefix else [str(Path(self.python).parent / name)]
+
+
+class Engines(Strict):
+    vllm: EngineEnv | None = None
+    sglang: EngineEnv | None = None
+    speculators: EngineEnv | None = None
+
+
+class Target(Strict):
+    model: Path
+    served_name: str = Field("target", min_length=1, pattern=r"^[A-Za-z0-9._/-]+$")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    max_model_len: int = Field(4096, gt=0)
+    tensor_parallel_size: int = Field(1, ge=1)
+    trust_remote_code: bool = False
+
+
+class Server(Strict):
+    host: str = "127.0.0.1"
+    port: Port
+    startup_timeout_s: PositiveFloat = 900.0
+    hang_timeout_s: PositiveFloat = 600.0
+    stop_grace_s: PositiveFloat = 20.0
+    extra_args: list[str] = Field(default_factory=list)
+    api_key: SecretStr | None = None
+
+
+class Sampling(Strict):
+    temperature: float = Field(0.6, ge=0)
+    top_p: float = Field(0.95, gt=0, le=1)
+    max_tokens: int = Field(2048, gt=0)
+    seed: int | None = 0
+
+
+class Datagen(Strict):
+    engine: Literal["vllm", "sglang"] = "vllm"
+    prompts: Path
+    max_samples: int | None = Field(None, gt=0)
+    server: Server
+    sampling: Sampling = Sampling()
+    concurrency: int = Field(64, ge=1)
+    request_timeout_s: PositiveFloat = 600.0
+    connect_timeout_s: PositiveFloat = 30.0
+    max_retries: int = Field(5, ge=0)
+    fsync_every: int = Field(16, ge=1)
+
+
+class Extract(Strict):
+    engine: Literal["vllm"] = "vllm"
+    server: Server
+    aux_layer_ids: list[Annotated[int, Field(ge=0)]] | None = None
+    include_last_layer: bool = True
+    seq_length: int = Field(8192, gt=0)
+    concurrency: int = Field(8, ge=1)
+    hidden_states_dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    max_disk_bytes: int | None = Field(None, gt=0)
+
+    @field_validator("aux_layer_ids")
+    @classmethod
+    def _distinct(cls, v):
+        if v is not None:
+            if len(v) < 1:
+                raise ValueError("give at least one layer id, or leave it unset for the default (2, L//2, L-3)")
+            if len(set(v)) != len(v):
+                raise ValueError(f"layer ids must be distinct, got {v}")
+        return v
+
+
+class Train(Strict):
+    epochs: int = Field(3, ge=1)
+    lr: float = Field(1e-4, gt=0)
+    total_seq_len: int = Field(8192, gt=0)
+    draft_vocab_size: int | None = Field(None, gt=0)
+    num_speculative_tokens: int = Field(3, ge=1, le=16)
+    dry_run: Literal["auto", "always", "never"] = "auto"
+    extra_args: list[str] = Field(default_factory=list)
+    stop_grace_s: PositiveFloat = 150.0
+    hang_timeout_s: PositiveFloat = 1800.0
+
+
+class Bench(Strict):
+    engine: Literal["vllm", "sglang"] = "vllm"
+    server: Server
+    num_speculative_tokens: list[Annotated[int, Field(ge=1, le=16)]] = Field(default_factory=lambda: [3])
+    concurrency: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [1, 4, 16])
+    num_prompts: int = Field(64, ge=1)
+    max_tokens: int = Field(256, ge=1)
+    temperature: float = Field(0.0, ge=0)
+    warmup_prompts: int = Field(4, ge=0)
+    acceptance_floor: float = Field(1.3, ge=1.0)
+
+    @field_validator("num_speculative_tokens", "concurrency")
+    @classmethod
+    def _nonempty_sorted(cls, v):
+        if not v:
+            raise ValueError("give at least one value")
+        if len(set(v)) != len(v):
+            raise ValueError(f"values must be distinct, got {v}")
+        return sorted(v)
+
+
+class Handoff(Strict):
+    grace_s: PositiveFloat = 15.0
+    deadline_s: PositiveFloat = 120.0
+    poll_interval_s: PositiveFloat = 0.2
+    used_mib_threshold: int = Field(16, ge=0)
+    protected_process_names: list[str] = Field(default_factory=lambda: list(PROTECTED_PROCESS_NAMES))
+    systemd_units: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9@._:-]+$")]] = Field(default_factory=list)
+    shm_dir: Path = Path("/dev/shm")
+    dev_dir: Path = Path("/dev")
+    pycache_dirs: list[Path] = Field(default_factory=list)
+    extra_ports: list[Port] = Field(default_factory=list)
+
+
+class PipelineConfig(Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    run_dir: Path
+    gpus: list[Annotated[int, Field(strict=True, ge=0)]] = Field(default_factory=list)
+    target: Target
+    engines: Engines
+    datagen: Datagen
+    extract: Extract
+    train: Train = Train()
+    bench: Bench
+    handoff: Handoff = Handoff()
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpus_distinct(cls, v):
+        if len(set(v)) != len(v):
+            raise ValueError(f"GPU ids must be distinct, got {v}")
+        return v
+
+    # ---- derived -----------------------------------------------------------------------------
+    @property
+    def cpu_rehearsal(self) -> bool:
+        return not self.gpus
+
+    def phase_ports(self, phase: str) -> list[int]:
+        server = {"datagen": self.datagen.server, "extract": self.extract.server, "bench": self.bench.server}.get(phase)
+        return ([server.port] if server else []) + list(self.handoff.extra_ports)
+
+    def phase_dir(self, phase: str) -> Path:
+        return self.run_dir / phase
+
+    def fingerprint(self, section: str | None = None) -> str:
+        """Stable hash of the whole config or of one section (secrets excluded)."""
+        data = self.model_dump(mode="json", exclude={"datagen": {"server": {"api_key"}}})
+        if section is not None:
+            data = {"target": data["target"], section: data[section]}
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+# ---- loading -----------------------------------------------------------------------------------
+
+_PATH_FIELDS = ("run_dir", "target.model", "datagen.prompts", "engines.*.python",
+                "handoff.shm_dir", "handoff.dev_dir", "handoff.pycache_dirs[]")
+
+
+def _resolve_paths(raw: dict, base: Path) -> dict:
+    def fix(value):
+        if isinstance(value, str) and value and not os.path.isabs(os.path.expanduser(value)):
+            return str((base / value).resolve())
+        if isinstance(value, str):
+            return os.path.expanduser(value)
+        return value
+
+    def walk(node, parts):
+        if not isinstance(node, dict) or not parts:
+            return
+        head, rest = parts[0], parts[1:]
+        keys = list(node) if head == "*" else [head.rstrip("[]")]
+        for key in keys:
+            if key not in node:
+                continue
+            if rest:
+                walk(node[key], rest)
+            elif head.endswith("[]") and isinstance(node[key], list):
+                node[key] = [fix(v) for v in node[key]]
+            else:
+                node[key] = fix(node[key])
+
+    for spec in _PATH_FIELDS:
+        walk(raw, spec.split("."))
+    return raw
+
+
+def _loc(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part in ("function-after", "function-before") or str(part).startswith(("function-", "constrained-")):
+            continue
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(top level)"
+
+
+def _format_errors(err: ValidationError, source: str) -> list[str]:
+    lines = []
+    for e in err.errors():
+        loc = _loc(e["loc"])
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            msg = "unknown key; remove it or check its spelling (see the config reference in README.md)"
+        elif e["type"] == "missing":
+            msg = "required field is missing; add it"
+        got = e.get("input")
+        shown = "" if e["type"] in ("missing", "model_attributes_type") or isinstance(got, dict) else f" (got {got!r})"
+        lines.append(f"{source}: {loc}: {msg}{shown}")
+    return lines
+
+
+def cross_checks(cfg: PipelineConfig) -> list[tuple[str, str]]:
+    """Rules that span sections; each problem is (field path, message with the fix)."""
+    problems: list[tuple[str, str]] = []
+    seen: dict[int, str] = {}
+    for where, port in (("datagen.server.port", cfg.datagen.server.port),
+                        ("extract.server.port", cfg.extract.server.port),
+                        ("bench.server.port", cfg.bench.server.port)):
+        if port in seen:
+            problems.append((where, f"port {port} is also used by {seen[port]}; give each server its own port"))
+        seen[port] = where
+    for phase, engine in (("datagen", cfg.datagen.engine), ("extract", "vllm"), ("bench", cfg.bench.engine)):
+        if getattr(cfg.engines, engine) is None:
+            problems.append((f"engines.{engine}", f"phase '{phase}' uses engine '{engine}'; set engines.{engine}"))
+    if cfg.engines.speculators is None:
+        problems.append(("engines.speculators", "extraction and training run the speculators CLI; set engines.speculators"))
+    if cfg.gpus and cfg.target.tensor_parallel_size > len(cfg.gpus):
+        problems.append(("target.tensor_parallel_size",
+                         f"{cfg.target.tensor_parallel_size} exceeds the {len(cfg.gpus)} GPUs listed in 'gpus'"))
+    if not cfg.gpus and cfg.target.tensor_parallel_size != 1:
+        problems.append(("target.tensor_parallel_size", "a CPU rehearsal (empty 'gpus') supports only 1"))
+    return problems
+
+
+def _semantic_checks(cfg: PipelineConfig, source: str) -> list[str]:
+    """Checks that need the filesystem; run after the schema has accepted the shape."""
+    problems = [f"{source}: {field}: {msg}" for field, msg in cross_checks(cfg)]
+    model = cfg.target.model
+    if not model.is_dir():
+        problems.append(f"{source}: target.model: directory {str(model)!r} does not exist; "
+                        "point it at a Hugging Face model dir (for the CPU rehearsal: `eagle3 make-tiny-model DIR`)")
+    elif not (model / "config.json").is_file():
+        problems.append(f"{source}: target.model: {str(model)!r} has no config.json; it must be a Hugging Face model dir")
+    if not cfg.datagen.prompts.is_file():
+        problems.append(f"{source}: datagen.prompts: file {str(cfg.datagen.prompts)!r} does not exist; give a JSONL prompt set")
+    for name in ("vllm", "sglang", "speculators"):
+        env = getattr(cfg.engines, name)
+        if env is not None and env.python is not None and not os.access(env.python, os.X_OK):
+            problems.append(f"{source}: engines.{name}.python: {str(env.python)!r} is not an executable interpreter; "
+                            "build it with `make engine-env` or point it at the engine venv's bin/python")
+    if cfg.extract.aux_layer_ids and model.is_dir() and (model / "config.json").is_file():
+        layers = num_hidden_layers(model)
+        bad = [i for i in cfg.extract.aux_layer_ids if i >= layers]
+        if layers and bad:
+            problems.append(f"{source}: extract.aux_layer_ids: {bad} out of range for a target with {layers} layers "
+                            f"(valid: 0..{layers - 1}; the last layer is added by include_last_layer)")
+    return problems
+
+
+def num_hidden_layers(model_dir: Path) -> int:
+    cfg = json.loads((Path(model_dir) / "config.json").read_text())
+    text = cfg.get("text_config") or cfg
+    return int(text.get("num_hidden_layers", 0))
+
+
+def parse_config(raw: object, base_dir: Path, source: str = "config", check_files: bool = True) -> PipelineConfig:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: the top level must be a mapping of sections, got {type(raw).__name__}")
+    try:
+        cfg = PipelineConfig.model_validate(_resolve_paths(dict(raw), base_dir))
+    except ValidationError as err:
+        raise ConfigError("\n".join(_format_errors(err, source))) from None
+    problems = _semantic_checks(cfg, source) if check_files else [
+        f"{source}: {field}: {msg}" for field, msg in cross_checks(cfg)]
+    if problems:
+        raise ConfigError("\n".join(problems))
+    return cfg
+
+
+def load_config(path: Path | str, check_files: bool = True) -> PipelineConfig:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {err}") from None
+    if raw is None:
+        raise ConfigError(f"{path}: the file is empty")
+    return parse_config(raw, path.resolve().parent, source=str(path), check_files=check_files)
+
+
+DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "tiny-cpu.yaml"

@@ -1,0 +1,37 @@
+"""SGLang: launch command and readiness. (SGLang cannot run on a CPU-only machine; these follow
+its documented flags and are exercised on GPU nodes.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..config import EngineEnv, Server, Target
+from ..services import HttpProbe, LogProbe, Probe
+
+READY_LINE = r"The server is fired up and ready to roll!"
+
+
+def serve_argv(env: EngineEnv, target: Target, server: Server, extra: list[str] = ()) -> list[str]:
+    argv = [*env.python_argv(), "-m", "sglang.launch_server",
+            "--model-path", str(target.model),
+            "--served-model-name", target.served_name,
+            "--host", server.host, "--port", str(server.port),
+            "--context-length", str(target.max_model_len),
+            "--dtype", target.dtype,
+            "--tp-size", str(target.tensor_parallel_size)]
+    if target.trust_remote_code:
+        argv.append("--trust-remote-code")
+    if server.api_key:
+        # SGLang has no environment variable for the key; it is masked in the registry and logs.
+        argv += ["--api-key", server.api_key.get_secret_value()]
+    return argv + list(extra) + list(server.extra_args)
+
+
+def serve_env(server: Server) -> dict[str, str]:
+    return {}
+
+
+def readiness(server: Server, log: Path) -> list[Probe]:
+    # SGLang answers HTTP (even /v1/models) before warm-up; /health turns 200 after it, and the
+    # ready line is printed once the warm-up request has gone through. Require both.
+    return [HttpProbe(f"http://{server.host}:{server.port}/health"), LogProbe(log, READY_LINE)]

@@ -1,0 +1,62 @@
+"""Error taxonomy. The orchestrator retries only what `retryable` marks as transient."""
+
+from __future__ import annotations
+
+
+class PipelineError(Exception):
+    """Base of every error the pack raises on purpose."""
+
+    retryable = False
+
+
+class ConfigError(PipelineError):
+    """Bad input: retrying cannot help; the message names the field and the fix."""
+
+
+class GateError(PipelineError):
+    """A check on a produced artifact failed (checkpoint keys, acceptance floor, ...)."""
+
+
+class HandoffError(PipelineError):
+    """GPUs could not be proven free; the next phase must not start."""
+
+    def __init__(self, message: str, report=None):
+        super().__init__(message)
+        self.report = report
+
+
+class ServiceError(PipelineError):
+    """A supervised process failed. Carries the tail of its log for the report."""
+
+    retryable = True
+
+    def __init__(self, message: str, log_tail: str = ""):
+        super().__init__(message if not log_tail else f"{message}\n--- log tail ---\n{log_tail}")
+        self.log_tail = log_tail
+
+
+class ServiceExited(ServiceError):
+    """The process exited while it was expected to run or become ready."""
+
+
+class ServiceStartTimeout(ServiceError):
+    """Readiness did not come within the startup budget."""
+
+
+class ServiceHung(ServiceError):
+    """The watchdog saw no progress (no log growth; idle GPUs holding memory)."""
+
+
+class CommandFailed(ServiceError):
+    """A one-shot supervised command exited non-zero."""
+
+    def __init__(self, message: str, log_tail: str = "", returncode: int | None = None, retryable: bool = False):
+        super().__init__(message, log_tail)
+        self.returncode = returncode
+        self.retryable = retryable
+
+
+class TransientError(PipelineError):
+    """Connection lost, server died mid-phase, ... : a rerun resumes."""
+
+    retryable = True

@@ -1,0 +1,186 @@
+"""Read-only views of /proc: process identity, groups, open device files, environment markers.
+
+Identity is (pid, start time): a PID alone can be reused by an unrelated process, so every
+decision to signal a process is taken against the start time recorded when it was launched.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+PROC = Path("/proc")
+
+
+@dataclass(frozen=True)
+class ProcInfo:
+    pid: int
+    ppid: int
+    pgid: int
+    state: str
+    start_ticks: int
+    comm: str
+
+    @property
+    def zombie(self) -> bool:
+        return self.state in ("Z", "X")
+
+
+def read_stat(pid: int) -> ProcInfo | None:
+    try:
+        raw = (PROC / str(pid) / "stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    # comm may contain spaces and parentheses; it ends at the last ')'.
+    lpar, rpar = raw.index("("), raw.rindex(")")
+    fields = raw[rpar + 2:].split()
+    return ProcInfo(pid=pid, comm=raw[lpar + 1:rpar], state=fields[0], ppid=int(fields[1]),
+                    pgid=int(fields[2]), start_ticks=int(fields[19]))
+
+
+def start_time(pid: int) -> float | None:
+    """Process start time in seconds since the epoch (psutil's create_time), None if gone."""
+    try:
+        return psutil.Process(pid).create_time()
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        return None
+
+
+def same_process(pid: int, recorded_start: float) -> bool:
+    now = start_time(pid)
+    return now is not None and abs(now - recorded_start) < 0.05
+
+
+def all_pids() -> list[int]:
+    return [int(p) for p in os.listdir(PROC) if p.isdigit()]
+
+
+def all_procs() -> list[ProcInfo]:
+    return [info for pid in all_pids() if (info := read_stat(pid)) is not None]
+
+
+def group_members(pgid: int, live_only: bool = True) -> list[ProcInfo]:
+    return [p for p in all_procs() if p.pgid == pgid and not (live_only and p.zombie)]
+
+
+def alive(pid: int) -> bool:
+    info = read_stat(pid)
+    return info is not None and not info.zombie
+
+
+def cmdline(pid: int) -> list[str]:
+    try:
+        raw = (PROC / str(pid) / "cmdline").read_bytes()
+    except OSError:
+        return []
+    return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
+
+
+def exe_name(pid: int) -> str:
+    try:
+        return os.path.basename(os.readlink(PROC / str(pid) / "exe"))
+    except OSError:
+        info = read_stat(pid)
+        return info.comm if info else ""
+
+
+def environ_value(pid: int, key: str) -> str | None:
+    try:
+        raw = (PROC / str(pid) / "environ").read_bytes()
+    except OSError:
+        return None
+    prefix = key.encode() + b"="
+    for item in raw.split(b"\0"):
+        if item.startswith(prefix):
+            return item[len(prefix):].decode(errors="replace")
+    return None
+
+
+def uid_of(pid: int) -> int | None:
+    try:
+        return (PROC / str(pid)).stat().st_uid
+    except OSError:
+        return None
+
+
+def open_paths(pid: int) -> set[str]:
+    """Targets of the process's open fds plus file-backed mappings (a mapping outlives its fd)."""
+    found: set[str] = set()
+    fd_dir = PROC / str(pid) / "fd"
+    try:
+        for fd in os.listdir(fd_dir):
+            try:
+                found.add(os.readlink(fd_dir / fd))
+            except OSError:
+                continue
+    except OSError:
+        return found
+    try:
+        with open(PROC / str(pid) / "maps") as fh:
+            for line in fh:
+                parts = line.split(maxsplit=5)
+                if len(parts) == 6 and parts[5].startswith("/"):
+                    found.add(parts[5].rstrip("\n").removesuffix(" (deleted)"))
+    except OSError:
+        pass
+    return found
+
+
+def holders_of(paths_match, pids: list[int] | None = None) -> dict[int, set[str]]:
+    """PIDs (live, not zombie) whose fds or mappings satisfy `paths_match(path) -> bool`."""
+    result: dict[int, set[str]] = {}
+    for pid in pids if pids is not None else all_pids():
+        if not alive(pid):
+            continue
+        hits = {p for p in open_paths(pid) if paths_match(p)}
+        if hits:
+            result[pid] = hits
+    return result
+
+
+def ancestors(pid: int) -> set[int]:
+    out: set[int] = set()
+    while pid > 1:
+        info = read_stat(pid)
+        if info is None:
+            break
+        out.add(pid)
+        pid = info.ppid
+    out.add(1)
+    return out
+
+
+def descendants(pid: int, procs: list[ProcInfo] | None = None) -> set[int]:
+    procs = procs if procs is not None else all_procs()
+    children: dict[int, list[int]] = {}
+    for p in procs:
+        children.setdefault(p.ppid, []).append(p.pid)
+    out, todo = set(), [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            if c not in out:
+                out.add(c)
+                todo.append(c)
+    return out
+
+
+def listening_ports(ports: set[int]) -> dict[int, str]:
+    """Which of `ports` have a LISTEN socket on this host (any address), with a description."""
+    found: dict[int, str] = {}
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = (PROC / "net" / table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            cols = line.split()
+            local, state = cols[1], cols[3]
+            if state != "0A":  # TCP_LISTEN
+                continue
+            port = int(local.rsplit(":", 1)[1], 16)
+            if port in ports:
+                found[port] = f"LISTEN on {table} inode {cols[9]}"
+    return found

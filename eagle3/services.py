@@ -1,0 +1,400 @@
+"""Supervised processes: the one way the pack starts, watches and stops anything.
+
+Every process is launched from an argv list (never a shell string) in its own session, so its
+process group reaches every descendant, even those re-parented to PID 1. Each launch is recorded
+in a registry in the run dir (PID, start time, group, argv, phase, GPUs) that outlives a crash of
+the orchestrator, and every process carries an owner token in its environment, so a later run can
+prove what it owns. Stopping is SIGTERM to the group, a polled grace period, SIGKILL, then a wait
+until nothing of the group is left alive.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Protocol
+
+from . import procfs
+from .errors import CommandFailed, ServiceExited, ServiceHung, ServiceStartTimeout
+from .fsio import atomic_write_json, file_lock, read_json, tail
+
+OWNER_ENV = "EAGLE3_OWNER_TOKEN"
+SERVICE_ENV = "EAGLE3_SERVICE_ID"
+POLL_S = 0.05
+
+
+# ---- registry ----------------------------------------------------------------------------------
+
+@dataclass
+class Entry:
+    id: str
+    name: str
+    phase: str
+    pid: int
+    pgid: int
+    start_time: float
+    argv: list[str]
+    log: str
+    gpus: list[int] = field(default_factory=list)
+    started_at: float = 0.0
+    unit: str | None = None
+
+
+class Registry:
+    """JSON file of owned processes, updated under a lock with atomic replaces."""
+
+    def __init__(self, state_dir: Path):
+        self.state_dir = Path(state_dir)
+        self.path = self.state_dir / "services.json"
+        self.lock_path = self.state_dir / "services.lock"
+        self.token = self._token()
+
+    def _token(self) -> str:
+        path = self.state_dir / "owner-token"
+        with file_lock(self.lock_path):
+            if not path.exists():
+                self.state_dir.mkdir(parents=True, exist_ok=True)
+                path.write_text(uuid.uuid4().hex)
+            return path.read_text().strip()
+
+    def entries(self) -> list[Entry]:
+        return [Entry(**e) for e in read_json(self.path, default=[])]
+
+    def add(self, entry: Entry) -> None:
+        with file_lock(self.lock_path):
+            items = [e for e in read_json(self.path, default=[]) if e["id"] != entry.id]
+            atomic_write_json(self.path, items + [asdict(entry)])
+
+    def remove(self, entry_id: str) -> None:
+        with file_lock(self.lock_path):
+            items = read_json(self.path, default=[])
+            atomic_write_json(self.path, [e for e in items if e["id"] != entry_id])
+
+
+# ---- stopping ----------------------------------------------------------------------------------
+
+@dataclass
+class StopOutcome:
+    id: str
+    name: str
+    pgid: int
+    members: list[dict]
+    signal: str  # "none" (already gone), "SIGTERM", "SIGKILL", or "skipped"
+    seconds: float
+    survivors: list[int]
+    note: str = ""
+
+    @property
+    def clean(self) -> bool:
+        return not self.survivors
+
+
+def _group_is_ours(entry: Entry) -> bool:
+    """The group of a registry entry may be signalled only while it provably is still ours.
+
+    Linux never hands out a PID that is still in use as a process-group id, so while any member
+    of the group lives, the group is the one we started. If the leader's PID now belongs to a
+    process with another start time, our group is gone and that PID is someone else's."""
+    leader = procfs.read_stat(entry.pid)
+    if leader is not None and not leader.zombie and not procfs.same_process(entry.pid, entry.start_time):
+        return False
+    return True
+
+
+def _live(pids: list[int]) -> list[int]:
+    return [p for p in pids if procfs.alive(p)]
+
+
+def _escaped(entry: Entry, token: str) -> list[int]:
+    """Processes of this service that left its group (e.g. called setsid) but kept our markers."""
+    found = []
+    for info in procfs.all_procs():
+        if info.zombie or info.pgid == entry.pgid:
+            continue
+        if procfs.environ_value(info.pid, SERVICE_ENV) == entry.id and procfs.environ_value(info.pid, OWNER_ENV) == token:
+            found.append(info.pid)
+    return found
+
+
+def stop_entry(entry: Entry, token: str, grace_s: float, reap: Callable[[], object] | None = None) -> StopOutcome:
+    t0 = time.monotonic()
+    if not _group_is_ours(entry):
+        return StopOutcome(entry.id, entry.name, entry.pgid, [], "skipped", 0.0, [],
+                           note=f"PID {entry.pid} now belongs to another process (start time differs); left alone")
+    members = [{"pid": p.pid, "comm": p.comm} for p in procfs.group_members(entry.pgid)]
+    escaped = _escaped(entry, token)
+    members += [{"pid": pid, "comm": procfs.read_stat(pid).comm if procfs.read_stat(pid) else "?", "escaped": True}
+                for pid in escaped]
+    if not members:
+        if reap:
+            reap()
+        return StopOutcome(entry.id, entry.name, entry.pgid, [], "none", time.monotonic() - t0, [])
+
+    def remaining() -> list[int]:
+        if reap:
+            reap()
+        return [p.pid for p in procfs.group_members(entry.pgid)] + _live(escaped)
+
+    def send(sig: int) -> None:
+        try:
+            os.killpg(entry.pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        for pid in _live(escaped):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+
+    used = "SIGTERM"
+    send(signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while (left := remaining()) and time.monotonic() < deadline:
+        time.sleep(POLL_S)
+    if left:
+        used = "SIGKILL"
+        send(signal.SIGKILL)
+        # SIGKILL only marks the task; memory and fds are released as it exits. D-state can block.
+        deadline = time.monotonic() + 10.0
+        while (left := remaining()) and time.monotonic() < deadline:
+            time.sleep(POLL_S)
+    return StopOutcome(entry.id, entry.name, entry.pgid, members, used, round(time.monotonic() - t0, 3), left,
+                       note="" if not left else "survived SIGKILL (uninterruptible sleep?): drain or reboot the node")
+
+
+# ---- readiness and watchdog --------------------------------------------------------------------
+
+class Probe(Protocol):
+    def ready(self) -> bool: ...
+    def describe(self) -> str: ...
+
+
+class HttpProbe:
+    """Ready on the expected status; a refused or timed-out connection means "still starting"."""
+
+    def __init__(self, url: str, status: int = 200, headers: dict[str, str] | None = None):
+        self.url, self.status, self.headers = url, status, headers or {}
+
+    def ready(self) -> bool:
+        import httpx
+
+        try:
+            return httpx.get(self.url, timeout=2.0, headers=self.headers).status_code == self.status
+        except httpx.HTTPError:
+            return False
+
+    def describe(self) -> str:
+        return f"GET {self.url} -> {self.status}"
+
+
+class LogProbe:
+    """Ready once the log contains a line matching `pattern`."""
+
+    def __init__(self, log: Path, pattern: str):
+        self.log, self.regex, self._offset = Path(log), re.compile(pattern), 0
+
+    def ready(self) -> bool:
+        try:
+            with open(self.log, "rb") as fh:
+                fh.seek(max(0, self._offset - 4096))
+                chunk = fh.read().decode(errors="replace")
+                self._offset = fh.tell()
+        except FileNotFoundError:
+            return False
+        return bool(self.regex.search(chunk))
+
+    def describe(self) -> str:
+        return f"log line /{self.regex.pattern}/"
+
+
+class Watchdog:
+    """Declares a process hung when its log stops growing for `silence_s` and, where it has GPUs,
+    those GPUs hold memory while idle (a slow CUDA-graph capture keeps them busy; a deadlock does not)."""
+
+    def __init__(self, log: Path, silence_s: float | None, gpus_idle: Callable[[], bool] | None = None):
+        self.log, self.silence_s, self.gpus_idle = Path(log), silence_s, gpus_idle
+        self._size, self._since = -1, time.monotonic()
+
+    def hung(self) -> bool:
+        if self.silence_s is None:
+            return False
+        try:
+            size = self.log.stat().st_size
+        except FileNotFoundError:
+            size = 0
+        now = time.monotonic()
+        if size != self._size:
+            self._size, self._since = size, now
+            return False
+        if now - self._since < self.silence_s:
+            return False
+        return self.gpus_idle() if self.gpus_idle is not None else True
+
+    def silent_for(self) -> float:
+        return time.monotonic() - self._since
+
+
+# ---- launching ---------------------------------------------------------------------------------
+
+@dataclass
+class LaunchSpec:
+    name: str
+    argv: list[str]
+    log: Path
+    phase: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: Path | None = None
+    gpus: list[int] = field(default_factory=list)
+    stop_grace_s: float = 20.0
+    hang_timeout_s: float | None = None
+    secrets: list[str] = field(default_factory=list)  # argv values masked in the registry and log
+
+    def __post_init__(self):
+        if not self.argv or not all(isinstance(a, str) for a in self.argv):
+            raise TypeError(f"{self.name}: argv must be a non-empty list of strings, got {self.argv!r}")
+
+    def shown_argv(self) -> list[str]:
+        return ["***" if a in self.secrets else a for a in self.argv]
+
+
+class Supervisor:
+    """Launches and stops the pipeline's processes; one per run dir state folder."""
+
+    def __init__(self, state_dir: Path, gpus_idle: Callable[[list[int]], bool] | None = None):
+        self.registry = Registry(state_dir)
+        self.gpus_idle = gpus_idle
+        self._live: dict[str, "Process"] = {}
+
+    def launch(self, spec: LaunchSpec) -> "Process":
+        spec.log.parent.mkdir(parents=True, exist_ok=True)
+        sid = f"{spec.name}-{uuid.uuid4().hex[:8]}"
+        env = {**os.environ, **spec.env, OWNER_ENV: self.registry.token, SERVICE_ENV: sid}
+        if spec.gpus:
+            env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, spec.gpus))
+        with open(spec.log, "ab") as log:
+            log.write(f"\n==> eagle3: launching {spec.name}: {spec.shown_argv()!r}\n".encode())
+            log.flush()
+            popen = subprocess.Popen(spec.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                     env=env, cwd=spec.cwd, start_new_session=True, close_fds=True)
+        started = procfs.start_time(popen.pid)
+        if started is None:  # exited before we could look: still record nothing, but report it
+            started = 0.0
+        entry = Entry(id=sid, name=spec.name, phase=spec.phase, pid=popen.pid, pgid=popen.pid, start_time=started,
+                      argv=spec.shown_argv(), log=str(spec.log), gpus=list(spec.gpus), started_at=time.time())
+        self.registry.add(entry)
+        proc = Process(self, spec, popen, entry)
+        self._live[sid] = proc
+        return proc
+
+    def run(self, spec: LaunchSpec, timeout_s: float | None = None, retryable_codes: set[int] | None = None) -> int:
+        """Run a one-shot command to completion under the same supervision as a service."""
+        with self.launch(spec) as proc:
+            return proc.wait(timeout_s, retryable_codes=retryable_codes)
+
+    def stop_all(self) -> list[StopOutcome]:
+        return [proc.stop() for proc in list(self._live.values())]
+
+    def sweep(self, grace_s: float) -> list[StopOutcome]:
+        """Stop every registry entry, including those of crashed earlier runs."""
+        outcomes = []
+        for entry in self.registry.entries():
+            live = self._live.pop(entry.id, None)
+            reap = live.popen.poll if live else None
+            outcome = stop_entry(entry, self.registry.token, grace_s, reap)
+            if outcome.clean:
+                self.registry.remove(entry.id)
+            outcomes.append(outcome)
+        return outcomes
+
+    def _forget(self, sid: str) -> None:
+        self._live.pop(sid, None)
+
+
+class Process:
+    def __init__(self, sup: Supervisor, spec: LaunchSpec, popen: subprocess.Popen, entry: Entry):
+        self.sup, self.spec, self.popen, self.entry = sup, spec, popen, entry
+        self.outcome: StopOutcome | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def poll(self) -> int | None:
+        return self.popen.poll()
+
+    def log_tail(self, max_bytes: int = 4000) -> str:
+        return tail(self.spec.log, max_bytes)
+
+    def _watchdog(self) -> Watchdog:
+        idle = None
+        if self.spec.gpus and self.sup.gpus_idle is not None:
+            idle = lambda: self.sup.gpus_idle(self.spec.gpus)  # noqa: E731
+        return Watchdog(self.spec.log, self.spec.hang_timeout_s, idle)
+
+    def wait_ready(self, probes: list[Probe], timeout_s: float, poll_s: float = 0.5) -> float:
+        """Block until every probe passes. Fails fast with the log tail if the process exits,
+        and tears the process down before raising on timeout or hang. Returns seconds waited."""
+        t0 = time.monotonic()
+        dog = self._watchdog()
+        while True:
+            rc = self.popen.poll()
+            if rc is not None:
+                self.stop()
+                raise ServiceExited(f"{self.spec.name} exited with code {rc} before it was ready", self.log_tail())
+            if all(p.ready() for p in probes):
+                return time.monotonic() - t0
+            if time.monotonic() - t0 > timeout_s:
+                self.stop()
+                raise ServiceStartTimeout(f"{self.spec.name} not ready after {timeout_s:.0f} s "
+                                          f"(waiting for {', '.join(p.describe() for p in probes)})", self.log_tail())
+            if dog.hung():
+                self.stop()
+                raise ServiceHung(f"{self.spec.name} hung during startup: no log output for "
+                                  f"{dog.silent_for():.0f} s", self.log_tail())
+            time.sleep(poll_s)
+
+    def check_alive(self) -> None:
+        rc = self.popen.poll()
+        if rc is not None:
+            self.stop()
+            raise ServiceExited(f"{self.spec.name} exited with code {rc} while in use", self.log_tail())
+
+    def wait(self, timeout_s: float | None = None, retryable_codes: set[int] | None = None, poll_s: float = 0.2) -> int:
+        """Wait for a one-shot command; non-zero exit raises CommandFailed with the log tail."""
+        t0 = time.monotonic()
+        dog = self._watchdog()
+        while (rc := self.popen.poll()) is None:
+            if timeout_s is not None and time.monotonic() - t0 > timeout_s:
+                self.stop()
+                raise ServiceStartTimeout(f"{self.spec.name} did not finish within {timeout_s:.0f} s", self.log_tail())
+            if dog.hung():
+                self.stop()
+                raise ServiceHung(f"{self.spec.name} hung: no log output for {dog.silent_for():.0f} s", self.log_tail())
+            time.sleep(poll_s)
+        self.stop()  # the leader is done; end anything it left behind in its group
+        if rc != 0:
+            raise CommandFailed(f"{self.spec.name} failed with exit code {rc}", self.log_tail(), returncode=rc,
+                                retryable=rc in (retryable_codes or set()) or rc < 0)
+        return rc
+
+    def stop(self, grace_s: float | None = None) -> StopOutcome:
+        if self.outcome is None or not self.outcome.clean:
+            grace = self.spec.stop_grace_s if grace_s is None else grace_s
+            self.outcome = stop_entry(self.entry, self.sup.registry.token, grace, self.popen.poll)
+            if self.outcome.clean:
+                self.sup.registry.remove(self.entry.id)
+                self.sup._forget(self.entry.id)
+        return self.outcome
+
+    def __enter__(self) -> "Process":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
