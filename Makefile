@@ -1,0 +1,39 @@
+# Two entry points: `make demo` (the full pipeline on the tiny CPU model) and `make test`.
+# Both set up everything they need on a fresh machine; re-running skips what is already built.
+PYTHON      ?= python3
+VENV        ?= .venv
+ENGINE_VENV ?= .venv-engine
+EAGLE3      := $(VENV)/bin/eagle3
+PYTEST_ARGS ?=
+
+.PHONY: setup engine-env tiny-model demo test test-fast clean-runs
+
+setup: $(VENV)/.deps-stamp
+	@# Always re-point the editable install at this checkout (a cached venv may come from another clone).
+	@$(VENV)/bin/python -m pip install -q --no-deps -e . 2>&1 | grep -v "is ignored" || true
+	@$(VENV)/bin/python -c "import eagle3, pathlib, sys; p = pathlib.Path(eagle3.__file__).resolve().parent.parent; sys.exit(0 if p == pathlib.Path('.').resolve() else f'eagle3 imports from {p}, not this checkout')"
+
+$(VENV)/.deps-stamp: pyproject.toml
+	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v "is ignored" || true
+	$(VENV)/bin/python -m pip install -q -e '.[test]' 2>&1 | grep -v "is ignored" || true
+	$(VENV)/bin/python -c "import prefect, pynvml, psutil, pydantic, pytest"
+	@touch $@
+
+engine-env:
+	bash scripts/setup-engine-env.sh $(ENGINE_VENV)
+
+tiny-model: setup engine-env
+	$(EAGLE3) make-tiny-model models/tiny-llama --engine-python $(ENGINE_VENV)/bin/python
+
+demo: tiny-model
+	$(EAGLE3) run configs/tiny-cpu.yaml
+
+test: setup engine-env
+	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+test-fast: setup
+	$(VENV)/bin/python -m pytest -m "not slow" $(PYTEST_ARGS)
+
+clean-runs:
+	rm -rf runs

@@ -1,0 +1,159 @@
+"""Phase bookkeeping shared by the CLI and the Prefect flow: which phases to run, when a phase
+counts as done, and how a phase is run under supervision.
+
+A phase is done when its DONE marker exists and matches the phase's config fingerprint and the
+upstream output it was built from. The marker is written atomically after the phase's own
+validation passed, so a crash leaves either no marker or a complete one. Each marker carries
+its own fingerprint; a later phase records the fingerprint of the upstream it consumed, so a
+redone upstream invalidates everything downstream of it and nothing else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import inspect
+import json
+import shutil
+import os
+import time
+from pathlib import Path
+from typing import Callable
+
+from . import __version__
+from .config import PHASES, PipelineConfig
+from .errors import ConfigError
+from .fsio import atomic_write_json, read_json
+from .services import Supervisor
+
+# Resolved lazily so that importing the pipeline does not import every engine adapter.
+PHASE_FUNCTIONS = {
+    "datagen": "eagle3.phases.datagen:run_datagen",
+    "extract": "eagle3.phases.extract:run_extract",
+    "train": "eagle3.phases.train:run_train",
+    "bench": "eagle3.phases.bench:run_bench",
+}
+# Testing hook: EAGLE3_PHASE_OVERRIDES='{"train": "pkg.module:function"}' swaps a phase's body, so the
+# orchestration (caching, retries, handoffs, workers) can be exercised with instant phases.
+PHASE_FUNCTIONS.update(json.loads(os.environ.get("EAGLE3_PHASE_OVERRIDES", "{}")))
+UPSTREAM = {"datagen": None, "extract": "datagen", "train": "extract", "bench": "train"}
+
+Progress = Callable[[int, int], None]
+
+
+def select_phases(only: str | None = None, from_: str | None = None) -> list[str]:
+    for name, value in (("only", only), ("from", from_)):
+        if value is not None and value not in PHASES:
+            raise ConfigError(f"--{name}: unknown phase {value!r}; choose from {', '.join(PHASES)}")
+    if only and from_:
+        raise ConfigError("--only and --from cannot be combined; pick one")
+    if only:
+        return [only]
+    if from_:
+        return list(PHASES[PHASES.index(from_):])
+    return list(PHASES)
+
+
+def state_dir(cfg: PipelineConfig) -> Path:
+    return cfg.run_dir / "state"
+
+
+def supervisor(cfg: PipelineConfig) -> Supervisor:
+    gpus_idle = None
+    if cfg.gpus:
+        from .gpus import gpus_idle_and_holding  # NVML only where GPUs are configured
+
+        gpus_idle = gpus_idle_and_holding
+    return Supervisor(state_dir(cfg), gpus_idle=gpus_idle)
+
+
+def _marker_path(cfg: PipelineConfig, phase: str) -> Path:
+    return state_dir(cfg) / f"{phase}.done.json"
+
+
+def code_version(phase: str) -> str:
+    """Package version plus a hash of the phase module's source: editing a phase redoes it."""
+    module = PHASE_FUNCTIONS[phase].split(":")[0]
+    try:
+        source = Path(importlib.import_module(module).__file__).read_bytes()
+    except (ImportError, TypeError, OSError):
+        source = b""
+    return f"{__version__}+{hashlib.sha256(source).hexdigest()[:12]}"
+
+
+def done_marker(cfg: PipelineConfig, phase: str) -> dict | None:
+    return read_json(_marker_path(cfg, phase))
+
+
+def is_done(cfg: PipelineConfig, phase: str) -> bool:
+    marker = done_marker(cfg, phase)
+    if not marker or marker.get("config") != cfg.fingerprint(phase):
+        return False
+    up = UPSTREAM[phase]
+    return up is None or marker.get("upstream") == output_fingerprint(cfg, up)
+
+
+def output_fingerprint(cfg: PipelineConfig, phase: str) -> str | None:
+    marker = done_marker(cfg, phase)
+    return marker.get("fingerprint") if marker else None
+
+
+def require_upstream(cfg: PipelineConfig, phase: str) -> str | None:
+    """Fingerprint of the finished upstream phase, or a clear error saying what to run first."""
+    up = UPSTREAM[phase]
+    if up is None:
+        return None
+    if not is_done(cfg, up):
+        raise ConfigError(f"phase '{phase}' needs '{up}' finished for this config (no valid {up} output in "
+                          f"{cfg.run_dir}); run `eagle3 run --from {up}` or the full pipeline")
+    return output_fingerprint(cfg, up)
+
+
+def clear_phase(cfg: PipelineConfig, phase: str) -> None:
+    _marker_path(cfg, phase).unlink(missing_ok=True)
+    shutil.rmtree(cfg.phase_dir(phase), ignore_errors=True)
+
+
+def run_phase(cfg: PipelineConfig, phase: str, sup: Supervisor | None = None, force: bool = False,
+              on_progress: Progress | None = None, force_token: str | None = None) -> dict:
+    """Run one phase to completion (resuming what a previous attempt left) and mark it done.
+
+    `force` wipes the phase's output first, once per `force_token`: a retried run that already
+    redid the phase under the same token keeps that fresh output instead of wiping it again."""
+    upstream = require_upstream(cfg, phase)
+    marker = done_marker(cfg, phase) or {}
+    if force and (force_token is None or marker.get("force_token") != force_token):
+        clear_phase(cfg, phase)
+    elif is_done(cfg, phase):
+        return marker
+    _marker_path(cfg, phase).unlink(missing_ok=True)
+    sup = sup or supervisor(cfg)
+    module, func = PHASE_FUNCTIONS[phase].split(":")
+    fn = getattr(importlib.import_module(module), func)
+    kwargs = {"on_progress": on_progress} if "on_progress" in inspect.signature(fn).parameters else {}
+    t0 = time.time()
+    try:
+        summary = fn(cfg, sup, **kwargs)
+    finally:
+        sup.stop_all()  # whatever the phase left running is ours to end
+    summary = _jsonable(summary)
+    marker = {"phase": phase, "config": cfg.fingerprint(phase), "upstream": upstream, "code": code_version(phase),
+              "started_at": t0, "finished_at": time.time(), "summary": summary,
+              "force_token": force_token if force else None}
+    marker["fingerprint"] = hashlib.sha256(json.dumps(marker, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    atomic_write_json(_marker_path(cfg, phase), marker)
+    return marker
+
+
+def _jsonable(summary) -> dict:
+    if summary is None:
+        return {}
+    if hasattr(summary, "to_dict"):
+        return summary.to_dict()
+    if hasattr(summary, "__dataclass_fields__"):
+        import dataclasses
+
+        return json.loads(json.dumps(dataclasses.asdict(summary), default=str))
+    if isinstance(summary, dict):
+        return json.loads(json.dumps(summary, default=str))
+    return {"result": str(summary)}

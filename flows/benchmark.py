@@ -1,0 +1,16 @@
+"""Benchmark rerun: the benchmark phase alone, with its handoffs, against the latest trained
+drafter; made for a cron schedule (see deployments/)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefect import flow
+
+from flows.pipeline import run_phases, teardown
+
+
+@flow(name="eagle3-benchmark", on_crashed=[teardown], on_cancellation=[teardown])
+def eagle3_benchmark(config_path: str) -> dict:
+    """Re-measure: serve baseline and target+drafter again and record a fresh result."""
+    return run_phases(str(Path(config_path).resolve()), ["bench"], force=["bench"])

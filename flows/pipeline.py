@@ -1,0 +1,61 @@
+"""The pipeline flow: four phases with a mandatory GPU handoff before the first, between each
+two, and after the last. Retrying a failed flow run, or running it again, skips finished phases
+(their results are cached across runs); `force` redoes a phase and, through the upstream
+fingerprint in the cache key, everything downstream of it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefect import flow, get_run_logger
+from prefect.artifacts import create_markdown_artifact
+from prefect.filesystems import LocalFileSystem
+from prefect.runtime import flow_run
+
+from eagle3.config import load_config
+from eagle3.pipeline import UPSTREAM, is_done, output_fingerprint, select_phases, state_dir, supervisor
+from tasks.handoff import gpu_handoff
+from tasks.phases import phase_task
+
+
+def teardown(flow, flow_run_obj, state) -> None:
+    """On crash or cancellation: Prefect does not kill child processes, so end what we own."""
+    config_path = (flow_run_obj.parameters or {}).get("config_path")
+    if not config_path:
+        return
+    cfg = load_config(config_path, check_files=False)
+    supervisor(cfg).sweep(cfg.handoff.grace_s)
+
+
+def result_storage(cfg) -> LocalFileSystem:
+    # Cached phase results live with the run dir: deleting a run forgets its cache too.
+    return LocalFileSystem(basepath=str(state_dir(cfg) / "prefect-results"))
+
+
+def run_phases(config_path: str, phases: list[str], force: list[str]) -> dict:
+    cfg = load_config(config_path)
+    logger = get_run_logger()
+    token = str(flow_run.id or "")
+    storage = result_storage(cfg)
+    results: dict[str, dict] = {}
+    gpu_handoff(config_path, after="start")
+    for phase in phases:
+        up = UPSTREAM[phase]
+        upstream = results[up]["fingerprint"] if up in results else (output_fingerprint(cfg, up) if up else None)
+        forced = phase in force
+        refresh = forced or not is_done(cfg, phase)  # a cache entry is only trusted while the output exists
+        results[phase] = phase_task.with_options(refresh_cache=refresh, result_storage=storage)(
+            config_path, phase, upstream=upstream, force=forced, force_token=token)
+        gpu_handoff(config_path, after=phase)
+    rows = "\n".join(f"| {p} | {r['fingerprint']} |" for p, r in results.items())
+    create_markdown_artifact(key=f"{cfg.name}-pipeline".lower().replace("_", "-"),
+                             markdown=f"### {cfg.name}: phases run\n\n| phase | output |\n|---|---|\n{rows}\n")
+    logger.info("pipeline %s: %s done", cfg.name, ", ".join(results))
+    return results
+
+
+@flow(name="eagle3-pipeline", on_crashed=[teardown], on_cancellation=[teardown], validate_parameters=True)
+def eagle3_pipeline(config_path: str, only: str | None = None, from_: str | None = None,
+                    force: list[str] | None = None) -> dict:
+    """Run the EAGLE-3 pipeline (all phases, `only` one, or `from_` one on), with handoffs."""
+    return run_phases(str(Path(config_path).resolve()), select_phases(only, from_), list(force or []))

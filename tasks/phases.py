@@ -1,0 +1,57 @@
+"""Prefect tasks for the four phases. Thin: caching, retries, progress and artifacts only;
+the work is in eagle3.pipeline.run_phase."""
+
+from __future__ import annotations
+
+from prefect import get_run_logger, task
+from prefect.artifacts import create_markdown_artifact, create_progress_artifact, update_progress_artifact
+from prefect.runtime import task_run
+
+from eagle3.config import load_config
+from eagle3.pipeline import code_version, run_phase
+
+
+def phase_cache_key(context, parameters) -> str:
+    """Cross-run key: the phase's config, the upstream output it consumes, and the code version.
+    (Whether the output still exists is checked by the flow, which refreshes the cache if not.)"""
+    cfg = load_config(parameters["config_path"], check_files=False)
+    phase = parameters["phase"]
+    return "-".join(["eagle3", cfg.name, phase, cfg.fingerprint(phase), str(parameters.get("upstream")),
+                     code_version(phase)])
+
+
+def retry_if_transient(task, task_run, state) -> bool:
+    """Retry crashes, hangs and lost connections; never bad config or a failed gate."""
+    try:
+        state.result()
+    except Exception as exc:  # noqa: BLE001 - the state's exception is what we classify
+        return bool(getattr(exc, "retryable", False))
+    return False
+
+
+@task(name="phase", persist_result=True, cache_key_fn=phase_cache_key, retries=2, retry_delay_seconds=[5, 30],
+      retry_condition_fn=retry_if_transient, task_run_name="{phase}")
+def phase_task(config_path: str, phase: str, upstream: str | None = None, force: bool = False,
+               force_token: str | None = None) -> dict:
+    logger = get_run_logger()
+    cfg = load_config(config_path)
+    artifact_id = create_progress_artifact(progress=0.0, description=f"{cfg.name}: {phase}")
+    last = [-1.0]
+
+    def on_progress(done: int, total: int) -> None:
+        pct = round(100.0 * done / total, 1) if total else 0.0
+        if pct - last[0] >= 1.0 or done == total:  # at most ~100 API calls per phase
+            update_progress_artifact(artifact_id=artifact_id, progress=pct)
+            last[0] = pct
+
+    if task_run.run_count > 1:
+        logger.info("retry %s of phase %s: resuming from what the previous attempt left", task_run.run_count, phase)
+    marker = run_phase(cfg, phase, force=force, on_progress=on_progress, force_token=force_token)
+    update_progress_artifact(artifact_id=artifact_id, progress=100.0)
+    summary = marker.get("summary", {})
+    lines = "\n".join(f"| {k} | {v} |" for k, v in summary.items() if not isinstance(v, (dict, list)))
+    create_markdown_artifact(key=f"{cfg.name}-{phase}".lower().replace("_", "-"),
+                             markdown=f"### {phase} done\n\n| item | value |\n|---|---|\n{lines}\n",
+                             description=f"{cfg.name}: {phase} summary")
+    logger.info("phase %s done (output %s)", phase, marker["fingerprint"])
+    return {"phase": phase, "fingerprint": marker["fingerprint"], "summary": summary}
