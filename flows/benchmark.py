@@ -11,6 +11,7 @@ from flows.pipeline import run_phases, teardown
 
 
 @flow(name="eagle3-benchmark", on_crashed=[teardown], on_cancellation=[teardown])
-def eagle3_benchmark(config_path: str) -> dict:
-    """Re-measure: serve baseline and target+drafter again and record a fresh result."""
-    return run_phases(str(Path(config_path).resolve()), ["bench"], force=["bench"])
+def eagle3_benchmark(config_path: str, doctor: bool = True) -> dict:
+    """Re-measure: serve baseline and target+drafter again and record a fresh result; the
+    preflight doctor runs first unless `doctor` is False."""
+    return run_phases(str(Path(config_path).resolve()), ["bench"], force=["bench"], doctor=doctor)

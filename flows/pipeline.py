@@ -9,13 +9,13 @@ from pathlib import Path
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
-from prefect.filesystems import LocalFileSystem
 from prefect.runtime import flow_run
 
 from eagle3.config import load_config
 from eagle3.pipeline import UPSTREAM, is_done, output_fingerprint, select_phases, state_dir, supervisor
 from tasks.handoff import gpu_handoff
 from tasks.phases import phase_task
+from tasks.preflight import preflight
 
 
 def teardown(flow, flow_run_obj, state) -> None:
@@ -27,17 +27,20 @@ def teardown(flow, flow_run_obj, state) -> None:
     supervisor(cfg).sweep(cfg.handoff.grace_s)
 
 
-def result_storage(cfg) -> LocalFileSystem:
-    # Cached phase results live with the run dir: deleting a run forgets its cache too.
-    return LocalFileSystem(basepath=str(state_dir(cfg) / "prefect-results"))
+def result_storage(cfg) -> Path:
+    # Cached phase results live with the run dir: deleting a run forgets its cache too. A Path,
+    # not an unsaved LocalFileSystem block: Prefect rejects unsaved blocks as task result storage.
+    return state_dir(cfg) / "prefect-results"
 
 
-def run_phases(config_path: str, phases: list[str], force: list[str]) -> dict:
+def run_phases(config_path: str, phases: list[str], force: list[str], doctor: bool = True) -> dict:
     cfg = load_config(config_path)
     logger = get_run_logger()
     token = str(flow_run.id or "")
     storage = result_storage(cfg)
     results: dict[str, dict] = {}
+    if doctor:
+        preflight(config_path)
     gpu_handoff(config_path, after="start")
     for phase in phases:
         up = UPSTREAM[phase]
@@ -56,6 +59,7 @@ def run_phases(config_path: str, phases: list[str], force: list[str]) -> dict:
 
 @flow(name="eagle3-pipeline", on_crashed=[teardown], on_cancellation=[teardown], validate_parameters=True)
 def eagle3_pipeline(config_path: str, only: str | None = None, from_: str | None = None,
-                    force: list[str] | None = None) -> dict:
-    """Run the EAGLE-3 pipeline (all phases, `only` one, or `from_` one on), with handoffs."""
-    return run_phases(str(Path(config_path).resolve()), select_phases(only, from_), list(force or []))
+                    force: list[str] | None = None, doctor: bool = True) -> dict:
+    """Run the EAGLE-3 pipeline (all phases, `only` one, or `from_` one on), with handoffs;
+    the preflight doctor runs first unless `doctor` is False."""
+    return run_phases(str(Path(config_path).resolve()), select_phases(only, from_), list(force or []), doctor)

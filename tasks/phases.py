@@ -8,7 +8,8 @@ from prefect.artifacts import create_markdown_artifact, create_progress_artifact
 from prefect.runtime import task_run
 
 from eagle3.config import load_config
-from eagle3.pipeline import code_version, run_phase
+from eagle3 import failures
+from eagle3.pipeline import code_version, run_phase, state_dir
 
 
 def phase_cache_key(context, parameters) -> str:
@@ -21,11 +22,12 @@ def phase_cache_key(context, parameters) -> str:
 
 
 def retry_if_transient(task, task_run, state) -> bool:
-    """Retry crashes, hangs and lost connections; never bad config or a failed gate."""
+    """Retry crashes, hangs and lost connections; never bad config or a failed gate, and never
+    the same failure twice in a row (a deterministic bug would cost another full model load)."""
     try:
         state.result()
     except Exception as exc:  # noqa: BLE001 - the state's exception is what we classify
-        return bool(getattr(exc, "retryable", False))
+        return bool(getattr(exc, "retryable", False)) and not getattr(exc, "repeated", False)
     return False
 
 
@@ -46,7 +48,15 @@ def phase_task(config_path: str, phase: str, upstream: str | None = None, force:
 
     if task_run.run_count > 1:
         logger.info("retry %s of phase %s: resuming from what the previous attempt left", task_run.run_count, phase)
-    marker = run_phase(cfg, phase, force=force, on_progress=on_progress, force_token=force_token)
+    try:
+        marker = run_phase(cfg, phase, force=force, on_progress=on_progress, force_token=force_token)
+    except Exception as exc:
+        if getattr(exc, "retryable", False) and failures.record(state_dir(cfg), phase, exc):
+            exc.repeated = True
+            logger.error("phase %s failed twice the same way (%s): not retrying",
+                         phase, failures.signature(exc).split(" ", 1)[1])
+        raise
+    failures.clear(state_dir(cfg), phase)
     update_progress_artifact(artifact_id=artifact_id, progress=100.0)
     summary = marker.get("summary", {})
     lines = "\n".join(f"| {k} | {v} |" for k, v in summary.items() if not isinstance(v, (dict, list)))

@@ -1,0 +1,326 @@
+"""Preflight doctor: what can be known before paying for a long model load, said in seconds.
+
+Every check yields one line: PASS / WARN / FAIL, why, and what to do. The checks that need an
+engine run its own interpreter (`engine_side/inspect_target.py`) and never load weights; their
+answers are cached per (engine interpreter, target config) in the run dir.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from . import procfs
+from .config import PipelineConfig, num_hidden_layers
+from .errors import CommandFailed, PipelineError, ServiceError
+from .fsio import atomic_write_json, read_json
+from .services import LaunchSpec, Supervisor
+
+ENGINE_SIDE = Path(__file__).resolve().parent / "engine_side"
+PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
+
+
+@dataclass
+class Check:
+    name: str
+    status: str
+    reason: str
+    fix: str = ""
+    seconds: float = 0.0
+
+
+class DoctorFailed(PipelineError):
+    """At least one preflight check failed: the run must not start."""
+
+    def __init__(self, checks: list[Check]):
+        bad = [c for c in checks if c.status == FAIL]
+        super().__init__("preflight failed:\n" + "\n".join(f"  FAIL {c.name}: {c.reason} -> {c.fix}" for c in bad))
+        self.checks = checks
+
+
+def default_aux_layers(layers: int) -> list[int]:
+    return [2, layers // 2, layers - 3]
+
+
+# ---- engine-side probes ---------------------------------------------------------------------
+
+def _engine_probe(cfg: PipelineConfig, sup: Supervisor, engine: str, script: str, *args: str) -> dict:
+    env = getattr(cfg.engines, engine)
+    key_src = json.dumps([env.python_argv(), env.env, script, args,
+                          _mtime(env.python), (cfg.target.model / "config.json").read_text()], default=str)
+    key = hashlib.sha256(key_src.encode()).hexdigest()[:16]
+    cache_path = cfg.run_dir / "state" / "doctor-cache.json"
+    cache = read_json(cache_path, default={})
+    if key in cache:
+        return cache[key]
+    out = cfg.run_dir / "doctor" / f"{engine}-{Path(script).stem}.json"
+    log = cfg.run_dir / "doctor" / f"{engine}-{Path(script).stem}.log"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.unlink(missing_ok=True)
+    spec = LaunchSpec(name=f"doctor-{engine}", argv=[*env.python_argv(), str(ENGINE_SIDE / script), *args,
+                                                     "--out", str(out)],
+                      log=log, phase="doctor", env=dict(env.env), stop_grace_s=5, hang_timeout_s=300)
+    try:
+        sup.run(spec, timeout_s=600)
+    except CommandFailed:
+        pass  # the script writes its error into the JSON; a missing JSON is reported below
+    result = read_json(out, default=None) or {"error": f"probe wrote nothing; see {log}"}
+    if "error" not in result:
+        cache[key] = result
+        atomic_write_json(cache_path, cache)
+    return result
+
+
+def _mtime(path) -> float | None:
+    try:
+        return Path(path).stat().st_mtime if path else None
+    except OSError:
+        return None
+
+
+def check_engine_env(cfg, sup, engine: str) -> Check:
+    info = _engine_probe(cfg, sup, engine, "inspect_target.py", str(cfg.target.model), "--engine", engine)
+    if "error" in info and "versions" not in info:
+        return Check(f"engine-env:{engine}", FAIL, f"the {engine} environment cannot run the probe: {info['error']}",
+                     f"fix engines.{engine} (python / command_prefix) or rebuild it (`make engine-env` on CPU)")
+    versions = ", ".join(f"{k} {v}" for k, v in (info.get("versions") or {}).items())
+    return Check(f"engine-env:{engine}", PASS, f"importable: {versions}")
+
+
+def check_target_support(cfg, sup, engine: str) -> list[Check]:
+    info = _engine_probe(cfg, sup, engine, "inspect_target.py", str(cfg.target.model), "--engine", engine)
+    name = f"target-support:{engine}"
+    if "error" in info:
+        return [Check(name, FAIL, f"could not inspect the target in {engine}: {info['error']}",
+                      "check target.model and the engine environment")]
+    archs = info.get("architectures") or []
+    if not info.get("registered"):
+        return [Check(name, FAIL, f"{engine} {info.get('engine_version', '?')} has no model class for {archs}",
+                      "use an engine build that supports this architecture")]
+    if not info.get("supports_eagle3"):
+        return [Check(name, FAIL, f"{info.get('architecture')} does not implement EAGLE-3 hidden-state capture in "
+                      f"{engine} {info.get('engine_version', '?')} (F1/F3: 'Model does not support EAGLE3 interface')",
+                      "use an engine version whose model class implements it, or a different target; "
+                      "patching site-packages is how the operator lost hours")]
+    checks = [Check(name, PASS, f"{info.get('architecture')} supports EAGLE-3 capture in {engine} "
+                                f"{info.get('engine_version', '?')}")]
+    attr_name = f"target-config:{engine}"
+    if info.get("missing_config_attributes"):
+        checks.append(Check(attr_name, FAIL, "the engine's EAGLE-3 path reads "
+                            f"{', '.join(info['missing_config_attributes'])} from the target config, which lacks it (F2)",
+                            "add the attribute to the target's config.json with the right token id, or use a "
+                            "build that reads the attribute this model defines"))
+    elif info.get("multimodal") and not info.get("config_reads"):
+        checks.append(Check(attr_name, WARN, "multimodal target: which config attributes the EAGLE-3 path reads "
+                            "could not be determined; such errors are only found at load", ""))
+    else:
+        reads = info.get("config_reads") or []
+        checks.append(Check(attr_name, PASS, f"config has what the EAGLE-3 path reads ({', '.join(reads) or 'nothing extra: text-only target'})"))
+    return checks
+
+
+# ---- static checks ----------------------------------------------------------------------------
+
+def check_aux_layers(cfg: PipelineConfig) -> Check:
+    layers = num_hidden_layers(cfg.target.model)
+    ids = list(cfg.extract.aux_layer_ids or default_aux_layers(layers))
+    if layers <= 0:
+        return Check("aux-layers", FAIL, "target config.json has no num_hidden_layers", "fix the target's config")
+    if len(set(ids)) != len(ids) or any(i < 0 or i >= layers for i in ids):
+        return Check("aux-layers", FAIL, f"aux layer ids {ids} invalid for {layers} layers (default ids collapse "
+                     "for targets under 7 layers)", "set extract.aux_layer_ids explicitly to distinct ids < layers")
+    recorded = _recorded_aux_ids(cfg)
+    for where, value in recorded.items():
+        if value is not None and list(value) != ids:
+            return Check("aux-layers", FAIL, f"{where} records aux layers {value}, the config resolves to {ids} "
+                         "(F4: a format/capture mismatch gives acceptance near zero)",
+                         "re-run extraction and training with one set of ids (eagle3 run --force extract)")
+    return Check("aux-layers", PASS, f"{ids} (vLLM/speculators convention: input of decoder layer k) of {layers} "
+                 f"layers{', consistent with ' + ', '.join(recorded) if recorded else ''}")
+
+
+def _recorded_aux_ids(cfg: PipelineConfig) -> dict[str, list[int] | None]:
+    found = {}
+    for phase in ("extract", "train"):
+        manifest = read_json(cfg.phase_dir(phase) / "manifest.json")
+        if manifest:
+            ids = manifest.get("aux_layer_ids")
+            if ids is not None and manifest.get("include_last_layer") and phase == "extract":
+                ids = [i for i in ids if i < num_hidden_layers(cfg.target.model)]
+            found[f"{phase} manifest"] = ids
+    return found
+
+
+def check_serving_flags(cfg: PipelineConfig) -> list[Check]:
+    checks = []
+    for section in ("datagen", "bench"):
+        phase = getattr(cfg, section)
+        args = list(phase.server.extra_args)
+        if phase.engine == "sglang":
+            algo = _flag_value(args, "--speculative-algorithm")
+            if algo is not None and algo.upper() == "EAGLE":
+                checks.append(Check(f"serving-flags:{section}", FAIL,
+                                    "--speculative-algorithm EAGLE with an EAGLE-3 drafter silently gives acceptance "
+                                    "length 1.00 (EAGLE means EAGLE-2 in SGLang)",
+                                    f"use EAGLE3 (or drop the flag from {section}.server.extra_args: the pack sets it)"))
+                continue
+        if phase.engine == "vllm":
+            spec = _flag_value(args, "--speculative-config")
+            if spec is not None:
+                try:
+                    method = json.loads(spec).get("method")
+                except ValueError:
+                    method = "<invalid JSON>"
+                if method != "eagle3":
+                    checks.append(Check(f"serving-flags:{section}", FAIL,
+                                        f"--speculative-config method is {method!r}; without 'eagle3' vLLM guesses "
+                                        "from the path and may load the drafter as a plain draft model",
+                                        f'set "method": "eagle3" (or drop it from {section}.server.extra_args)'))
+                    continue
+        checks.append(Check(f"serving-flags:{section}", PASS, f"{phase.engine}: no conflicting speculative flags"))
+    return checks
+
+
+def _flag_value(args: list[str], flag: str) -> str | None:
+    for i, arg in enumerate(args):
+        if arg == flag and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith(flag + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def check_ports(cfg: PipelineConfig) -> Check:
+    ports = {cfg.datagen.server.port, cfg.extract.server.port, cfg.bench.server.port, *cfg.handoff.extra_ports}
+    busy = procfs.listening_ports(ports)
+    if busy:
+        return Check("ports", FAIL, "already listening: " + ", ".join(f"{p} ({d})" for p, d in sorted(busy.items())),
+                     "stop what listens there or change the *.server.port settings")
+    return Check("ports", PASS, f"free: {sorted(ports)}")
+
+
+def check_gpus(cfg: PipelineConfig, backend=None) -> Check:
+    if not cfg.gpus:
+        return Check("gpus", PASS, "CPU rehearsal: no GPUs configured, nothing to verify")
+    from .gpus import NvmlBackend
+
+    try:
+        backend = backend or NvmlBackend()
+        states = {s.index: s for s in backend.snapshot(None)}
+    except PipelineError as exc:
+        return Check("gpus", FAIL, f"cannot verify the GPUs: {exc}", "fix the NVIDIA driver / NVML, or set gpus: []")
+    missing = [i for i in cfg.gpus if i not in states]
+    if missing:
+        return Check("gpus", FAIL, f"GPU ids {missing} not present (have {sorted(states)})", "fix 'gpus'")
+    busy = [f"GPU {i}: {states[i].used_mib:.0f} MiB used, PIDs {[p.pid for p in states[i].processes]}"
+            for i in cfg.gpus if states[i].used_mib > cfg.handoff.used_mib_threshold or states[i].processes]
+    if busy:
+        return Check("gpus", FAIL, "; ".join(busy), "free them (eagle3 handoff CONFIG ends what this pipeline owns)")
+    return Check("gpus", PASS, f"GPUs {cfg.gpus} free (≤ {cfg.handoff.used_mib_threshold} MiB v2 used, no processes)")
+
+
+def estimate_hidden_state_bytes(cfg: PipelineConfig) -> tuple[int, str]:
+    """bytes/token = captured layers × hidden size × dtype bytes; tokens from phase 1 if done."""
+    mcfg = json.loads((cfg.target.model / "config.json").read_text())
+    text = mcfg.get("text_config") or mcfg
+    hidden = int(text.get("hidden_size", 0))
+    layers = len(cfg.extract.aux_layer_ids or [0, 0, 0]) + (1 if cfg.extract.include_last_layer else 0)
+    dtype = cfg.extract.hidden_states_dtype
+    if dtype == "auto":
+        dtype = cfg.target.dtype if cfg.target.dtype != "auto" else str(text.get("torch_dtype") or text.get("dtype") or "bfloat16")
+    width = 4 if "32" in dtype else 2
+    summary = read_json(cfg.phase_dir("datagen") / "summary.json") or {}
+    tokens = summary.get("prompt_tokens", 0) + summary.get("completion_tokens", 0)
+    basis = "phase-1 token counts"
+    if not tokens:
+        samples = cfg.datagen.max_samples or sum(1 for _ in open(cfg.datagen.prompts))
+        tokens = samples * min(cfg.extract.seq_length, cfg.datagen.sampling.max_tokens + 256)
+        basis = f"{samples} samples × up to {tokens // max(samples, 1)} tokens (phase 1 not run yet)"
+    return tokens * layers * hidden * width, f"{layers} layers × {hidden} × {width} B × {tokens} tokens ({basis})"
+
+
+def check_disk(cfg: PipelineConfig) -> Check:
+    need, how = estimate_hidden_state_bytes(cfg)
+    target = cfg.run_dir if cfg.run_dir.exists() else next(p for p in cfg.run_dir.parents if p.exists())
+    free = shutil.disk_usage(target).free
+    if cfg.extract.max_disk_bytes and need > cfg.extract.max_disk_bytes:
+        return Check("disk", FAIL, f"hidden states need ~{_gb(need)} ({how}), above extract.max_disk_bytes "
+                     f"{_gb(cfg.extract.max_disk_bytes)}", "raise the limit, or lower datagen.max_samples / extract.seq_length")
+    if need > free:
+        return Check("disk", FAIL, f"hidden states need ~{_gb(need)} ({how}); {target} has {_gb(free)} free",
+                     "free space or move run_dir to a larger volume")
+    return Check("disk", PASS, f"~{_gb(need)} needed for hidden states, {_gb(free)} free")
+
+
+def check_shm(cfg: PipelineConfig, shm_dir: Path | None = None) -> Check:
+    shm = shm_dir or cfg.handoff.shm_dir
+    try:
+        st = os.statvfs(shm)
+    except OSError as exc:
+        return Check("shm", WARN, f"cannot read {shm}: {exc}")
+    total, free = st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+    tp = cfg.target.tensor_parallel_size
+    need = 64 * 2**20 if tp == 1 else 1024 * 2**20 * tp  # NCCL + vLLM's shm broadcast grow with TP ranks
+    if free < need:
+        return Check("shm", FAIL, f"{shm} has {_gb(free)} free of {_gb(total)}; TP={tp} needs ≥ {_gb(need)} "
+                     "(NCCL 'No space left on device' / bus errors otherwise)",
+                     "enlarge /dev/shm (docker --shm-size) or purge leftovers with `eagle3 handoff`")
+    return Check("shm", PASS, f"{shm}: {_gb(free)} free, TP={tp}")
+
+
+def check_drafter(cfg: PipelineConfig) -> Check | None:
+    manifest = read_json(cfg.phase_dir("train") / "manifest.json")
+    if not manifest:
+        return None
+    try:
+        from .checkpoints import gate_for_config
+    except ImportError:
+        return Check("drafter-gate", WARN, "checkpoint gate not available in this build")
+    problems = gate_for_config(cfg, Path(manifest["checkpoint"]), engine=cfg.bench.engine)
+    if problems:
+        return Check("drafter-gate", FAIL, "; ".join(problems), f"re-export for {cfg.bench.engine} or retrain")
+    return Check("drafter-gate", PASS, f"{manifest['checkpoint']} loads in {cfg.bench.engine} with every weight")
+
+
+def _gb(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB" if n < 2**40 else f"{n / 2**40:.2f} TiB"
+
+
+# ---- entry point ------------------------------------------------------------------------------
+
+def run_doctor(cfg: PipelineConfig, sup: Supervisor | None = None, engines: bool = True) -> list[Check]:
+    sup = sup or Supervisor(cfg.run_dir / "state")
+    checks: list[Check] = []
+
+    def timed(fn, *args):
+        t0 = time.monotonic()
+        result = fn(*args)
+        items = result if isinstance(result, list) else [result] if result else []
+        for c in items:
+            c.seconds = round(time.monotonic() - t0, 2)
+        checks.extend(items)
+
+    timed(check_gpus, cfg)
+    timed(check_ports, cfg)
+    timed(check_shm, cfg)
+    timed(check_disk, cfg)
+    timed(check_aux_layers, cfg)
+    timed(check_serving_flags, cfg)
+    if engines:
+        used = {"vllm", cfg.datagen.engine, cfg.bench.engine}
+        for engine in sorted(used):
+            if getattr(cfg.engines, engine) is not None:
+                timed(check_engine_env, cfg, sup, engine)
+                timed(check_target_support, cfg, sup, engine)
+    timed(check_drafter, cfg)
+    atomic_write_json(cfg.run_dir / "doctor" / "report.json", [asdict(c) for c in checks])
+    return checks
+
+
+def failed(checks: list[Check]) -> bool:
+    return any(c.status == FAIL for c in checks)

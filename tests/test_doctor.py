@@ -1,0 +1,134 @@
+"""Preflight doctor: each check with real inputs (real engine probes where the check needs one)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from eagle3.cli import app
+from eagle3.doctor import (FAIL, PASS, check_aux_layers, check_disk, check_ports, check_serving_flags,
+                           check_target_support, run_doctor)
+from eagle3.services import Supervisor
+
+from tests.conftest import requires_engine
+
+runner = CliRunner()
+
+
+def _fake_target(tmp_path: Path, name: str, config: dict) -> Path:
+    d = tmp_path / name
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(config))
+    return d
+
+
+@pytest.fixture
+def cfg(make_config, tiny_model):
+    return make_config()
+
+
+def test_aux_layers_default_pass(cfg):
+    c = check_aux_layers(cfg)
+    assert c.status == PASS and "[2, 4, 5]" in c.reason
+
+
+def test_aux_layers_mismatch_with_extract_manifest_fails(cfg):
+    manifest = cfg.phase_dir("extract") / "manifest.json"
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text(json.dumps({"aux_layer_ids": [1, 4, 5, 8], "include_last_layer": True}))
+    c = check_aux_layers(cfg)
+    assert c.status == FAIL and "[1, 4, 5]" in c.reason and "[2, 4, 5]" in c.reason
+
+
+def test_sglang_eagle_flag_fails(make_config, tiny_model):
+    cfg = make_config({"engines": {"sglang": {"python": "/usr/bin/python3"}},
+                       "bench": {"engine": "sglang", "server": {"extra_args": ["--speculative-algorithm", "EAGLE"]}}})
+    checks = {c.name: c for c in check_serving_flags(cfg)}
+    assert checks["serving-flags:bench"].status == FAIL
+    assert "EAGLE3" in checks["serving-flags:bench"].fix
+    ok = make_config({"engines": {"sglang": {"python": "/usr/bin/python3"}},
+                      "bench": {"engine": "sglang", "server": {"extra_args": ["--speculative-algorithm", "EAGLE3"]}}})
+    assert {c.name: c for c in check_serving_flags(ok)}["serving-flags:bench"].status == PASS
+
+
+def test_vllm_spec_config_without_eagle3_method_fails(make_config, tiny_model):
+    cfg = make_config({"bench": {"server": {"extra_args": ["--speculative-config", '{"model": "/x"}']}}})
+    assert {c.name: c for c in check_serving_flags(cfg)}["serving-flags:bench"].status == FAIL
+
+
+def test_disk_limit_too_small_fails(make_config, tiny_model):
+    cfg = make_config({"extract": {"max_disk_bytes": 1000}})
+    c = check_disk(cfg)
+    assert c.status == FAIL and "max_disk_bytes" in c.reason
+
+
+def test_busy_port_fails(cfg):
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", cfg.bench.server.port))
+        s.listen()
+        c = check_ports(cfg)
+    assert c.status == FAIL and str(cfg.bench.server.port) in c.reason
+    assert check_ports(cfg).status == PASS
+
+
+@pytest.mark.slow
+@pytest.mark.engine
+@requires_engine
+def test_target_support_real_vllm(make_config, tiny_model, tmp_path):
+    """One engine probe per target: the tiny Llama passes; GPT-2 (no SupportsEagle3 in vLLM) fails by
+    name (F1/F3); a Kimi-K2.5 config without media_placeholder_token_id fails the F2 check."""
+    cfg = make_config()
+    sup = Supervisor(cfg.run_dir / "state")
+    t0 = time.monotonic()
+    ok = {c.name: c for c in check_target_support(cfg, sup, "vllm")}
+    assert ok["target-support:vllm"].status == PASS, ok
+    assert ok["target-config:vllm"].status == PASS
+
+    gpt2 = _fake_target(tmp_path, "gpt2", {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2",
+                                           "num_hidden_layers": 8})
+    bad = {c.name: c for c in check_target_support(make_config({"target": {"model": str(gpt2)}}, run_dir=tmp_path / "r2"),
+                                                   sup, "vllm")}
+    assert bad["target-support:vllm"].status == FAIL and "GPT2LMHeadModel" in bad["target-support:vllm"].reason
+
+    kimi = _fake_target(tmp_path, "kimi", {"architectures": ["KimiK25ForConditionalGeneration"], "model_type": "kimi_k25",
+                                           "text_config": {"num_hidden_layers": 8, "hidden_size": 64}})
+    k = {c.name: c for c in check_target_support(make_config({"target": {"model": str(kimi)}}, run_dir=tmp_path / "r3"),
+                                                 sup, "vllm")}
+    assert k["target-support:vllm"].status == PASS
+    assert k["target-config:vllm"].status == FAIL and "media_placeholder_token_id" in k["target-config:vllm"].reason
+    assert time.monotonic() - t0 < 300  # seconds, not a 30-minute load
+
+
+@pytest.mark.slow
+@pytest.mark.engine
+@requires_engine
+def test_doctor_cli_on_tiny_config_passes_and_caches(make_config, tmp_path):
+    cfg = make_config()
+    path = tmp_path / "config.yaml"
+    first = runner.invoke(app, ["doctor", str(path), "--json"])
+    assert first.exit_code == 0, first.output
+    checks = json.loads(first.output)
+    assert {c["status"] for c in checks} == {PASS}
+    assert {"gpus", "ports", "shm", "disk", "aux-layers", "engine-env:vllm", "target-support:vllm"} <= {c["name"] for c in checks}
+    t0 = time.monotonic()
+    again = runner.invoke(app, ["doctor", str(path), "--json"])
+    assert again.exit_code == 0 and time.monotonic() - t0 < 10  # engine answers come from the run dir's cache
+    assert (cfg.run_dir / "doctor" / "report.json").exists()
+
+
+def test_doctor_exit_1_on_fail(make_config, tmp_path, tiny_model):
+    make_config({"extract": {"max_disk_bytes": 10}})
+    result = runner.invoke(app, ["doctor", str(tmp_path / "config.yaml"), "--no-engines"])
+    assert result.exit_code == 1
+    assert "FAIL" in result.output and "disk" in result.output
+
+
+def test_run_doctor_without_engines_lists_every_static_check(cfg):
+    names = [c.name for c in run_doctor(cfg, engines=False)]
+    assert names[:5] == ["gpus", "ports", "shm", "disk", "aux-layers"]
