@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 from pathlib import Path
 from typing import Optional
@@ -60,13 +62,351 @@ def run(config: Path = ConfigArg,
     if only and from_:
         fail("--only and --from cannot be combined; pick one")
     cfg = _load(config)
-    from .runner import run_pipeline  # imported late: pulls in Prefect
+    _prefect_defaults()
+    from flows.pipeline import eagle3_pipeline  # the orchestration layer; the core stays Prefect-free
+
+    from .pipeline import supervisor
+
+    # SIGTERM (a scheduler, `kill`) must unwind like Ctrl-C so the finally below ends our services.
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        state = eagle3_pipeline(config_path=str(config.resolve()), only=only, from_=from_, force=list(force),
+                                return_state=True)
+    except KeyboardInterrupt:
+        err.print("interrupted: stopping the services this pipeline started")
+        raise typer.Exit(130)
+    finally:
+        leftovers = [o for o in supervisor(cfg).sweep(cfg.handoff.grace_s) if o.members]
+        for o in leftovers:
+            err.print(f"stopped leftover {o.name} (group {o.pgid}) with {o.signal}")
+    if not state.is_completed():
+        fail(f"pipeline {cfg.name} ended {state.type.value}: {state.message}", code=1)
+    _print_outcome(cfg)
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _prefect_defaults() -> None:
+    """Without a Prefect server configured, use the embedded one; its cold start takes ~25 s on
+    2 cores, beyond Prefect's 20 s default, so give it room."""
+    if not os.environ.get("PREFECT_API_URL"):
+        os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_ENABLED", "true")
+        os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "240")
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+
+
+def _print_outcome(cfg) -> None:
+    from .pipeline import done_marker
+
+    for phase in PHASES:
+        marker = done_marker(cfg, phase)
+        if marker:
+            out.print(f"[green]done[/] {phase:8s} output {marker['fingerprint']}  ({cfg.phase_dir(phase)})")
+    report = cfg.phase_dir("bench") / "report.md"
+    if report.exists():
+        out.print(report.read_text())
+
+
+@app.command("make-tiny-model")
+def make_tiny_model(
+        directory: Path = typer.Argument(..., help="Model directory to write (replaced if built differently)."),
+        engine_python: Optional[Path] = typer.Option(
+            None, "--engine-python", help="Interpreter of the engine venv (needs torch, transformers, tokenizers). "
+                                          "Default: the one configs/tiny-cpu.yaml names (.venv-engine/bin/python)."),
+        constant: bool = typer.Option(False, "--constant", help="Zero model.norm.weight: greedy decoding always "
+                                                                "emits token 0 (for the 100 %-acceptance check)."),
+        layers: int = typer.Option(8, "--layers", min=1, help="Decoder layers (>= 7 keeps the default aux layers distinct)."),
+        seed: int = typer.Option(0, "--seed", help="Weight seed; the same seed gives byte-identical files."),
+        force: bool = typer.Option(False, "--force", help="Rebuild even if DIR is already up to date."),
+        ) -> None:
+    """Write a tiny random Llama (8 layers, hidden 128, 4k byte-level BPE vocab, chat template) for CPU rehearsals."""
+    from .config import EngineEnv
+    from .tinymodel import TinyModelSpec, default_engine, ensure_tiny_model, is_current
 
     try:
-        code = run_pipeline(config, cfg, only=only, from_=from_, force=list(force))
+        engine = default_engine()
+        if engine_python is not None:
+            engine = EngineEnv(python=engine_python.absolute(), env=engine.env)
+        spec = TinyModelSpec(layers=layers, seed=seed, constant=constant)
+        fresh = not force and is_current(directory, spec)
+        path = ensure_tiny_model(directory, engine, spec, force=force)
+    except ConfigError as e:
+        fail(str(e))
     except PipelineError as e:
         fail(str(e), code=1)
+    out.print(f"[green]{'up to date' if fresh else 'built'}[/]: {path}")
+
+
+@app.command()
+def datagen(config: Path = ConfigArg,
+            base_url: Optional[str] = typer.Option(
+                None, "--base-url", help="Use this already running OpenAI-compatible server (e.g. "
+                                         "http://127.0.0.1:8000, no /v1) instead of starting the configured one."),
+            ) -> None:
+    """Phase 1 alone: regenerate the prompt set's answers with the target (resumes; refuses changed settings)."""
+    cfg = _load(config)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from .phases.datagen import run_datagen
+    from .pipeline import supervisor
+
+    sup = None if base_url else supervisor(cfg)
+    signal.signal(signal.SIGTERM, _raise_interrupt)  # unwind so the phase stops the server it started
+    bar = Progress(TextColumn("datagen"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err)
+    task = bar.add_task("datagen", total=None)
+    try:
+        with bar:
+            summary = run_datagen(cfg, sup, on_progress=lambda done, total: bar.update(task, completed=done, total=total),
+                                  base_url=base_url)
+    except KeyboardInterrupt:
+        err.print("interrupted: finished rows are kept; rerun to resume")
+        raise typer.Exit(130)
+    except ConfigError as e:
+        fail(str(e))
+    except PipelineError as e:
+        fail(f"{e}\n(retryable: {e.retryable}; a rerun resumes where this stopped)", code=1)
+    finally:
+        if sup is not None:
+            sup.stop_all()
+    out.print(f"[green]datagen[/]: {summary.samples}/{summary.total} samples ({summary.new_samples} new, "
+              f"{summary.resumed} resumed, {summary.failed} failed), {summary.completion_tokens} tokens at "
+              f"{summary.output_tok_s:.1f} tok/s, {summary.retries} retries -> {summary.output}")
+
+
+@app.command()
+def extract(config: Path = ConfigArg,
+            force: bool = typer.Option(False, "--force", help="Discard this phase's outputs and redo it."),
+            ) -> None:
+    """Phase 2 alone: hidden states of phase 1's samples (resumes: valid files are kept, broken ones redone)."""
+    import logging
+
+    cfg = _load(config)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from .phases.extract import run_extract
+    from .pipeline import supervisor
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s")  # the phase reports kept/redone files
+    sup = supervisor(cfg)
+    signal.signal(signal.SIGTERM, _raise_interrupt)  # unwind so the phase stops the server it started
+    bar = Progress(TextColumn("extract"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err)
+    task = bar.add_task("extract", total=None)
+    try:
+        with bar:
+            summary = run_extract(cfg, sup, force=force,
+                                  on_progress=lambda done, total: bar.update(task, completed=done, total=total))
+    except KeyboardInterrupt:
+        err.print("interrupted: finished hidden-state files are kept; rerun to resume")
+        raise typer.Exit(130)
+    except ConfigError as e:
+        fail(str(e))
+    except PipelineError as e:
+        fail(f"{e}\n(retryable: {e.retryable}; a rerun resumes where this stopped)", code=1)
+    finally:
+        sup.stop_all()
+    out.print(f"[green]extract[/]: {summary.samples} hidden-state files ({summary.kept_files} kept, "
+              f"{summary.new_files} new, {summary.redone_files} redone), layers {summary.layer_ids} "
+              f"(vllm convention), {summary.total_tokens} tokens, {summary.total_bytes} bytes -> {summary.manifest}")
+
+
+def _parse_gpus(text: str) -> list[int]:
+    if text.strip().lower() == "none":
+        return []
+    try:
+        ids = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        fail(f"--gpus: expected comma-separated GPU indices or 'none', got {text!r}")
+    if not ids or min(ids) < 0:
+        fail(f"--gpus: expected comma-separated GPU indices >= 0 or 'none', got {text!r}")
+    return ids
+
+
+@app.command()
+def handoff(config: Optional[Path] = typer.Argument(
+                None, help="Pipeline config: its handoff section, GPUs and ports. Without one: default settings "
+                           "and every GPU NVML sees."),
+            run_dir: Optional[Path] = typer.Option(
+                None, "--run-dir", help="Run dir whose registry names the processes to stop (default: the config's)."),
+            after: str = typer.Option("start", "--after", help="Phase just finished ('start' = before the first); "
+                                                               "picks the ports that must be free."),
+            gpus: Optional[str] = typer.Option(None, "--gpus", help="GPU indices to prove free, e.g. 0,1 "
+                                                                     "(overrides the config); 'none' skips the GPU check."),
+            port: list[int] = typer.Option([], "--port", help="Another port that must have no listener (repeatable)."),
+            as_json: bool = typer.Option(False, "--json", help="Print the report as JSON instead of tables."),
+            ) -> None:
+    """Stop what the pipeline started, purge its stale state and prove the GPUs free; exit 1 if they are not."""
+    from .config import Handoff, load_config as _load_unchecked
+    from .handoff import next_phase, ports_for, run_handoff
+    from .handoff_view import renderable
+
+    if config is None and run_dir is None:
+        fail("give a CONFIG or --run-dir DIR (the run dir whose services the handoff stops)")
+    if after != "start":
+        _check_phases([after], "--after")
+    cfg = None
+    if config is not None:
+        try:
+            cfg = _load_unchecked(config, check_files=False)
+        except ConfigError as e:
+            fail(str(e))
+    run_dir = run_dir or cfg.run_dir
+    if not run_dir.is_dir():
+        fail(f"--run-dir: {run_dir} is not a directory")
+    before = next_phase(after)
+    ids = _parse_gpus(gpus) if gpus is not None else (list(cfg.gpus) if cfg else None)
+    ports = sorted(set(ports_for(cfg, after, before) if cfg else []) | set(port))
+    try:
+        report = run_handoff(run_dir, cfg.handoff if cfg else Handoff(), ids, ports,
+                             label=f"{after}-to-{before or 'end'}").to_dict()
+        code = 0
+    except PipelineError as e:
+        if getattr(e, "report", None) is None or not hasattr(e.report, "to_dict"):
+            fail(str(e), code=1)
+        report, code = e.report.to_dict(), 1
+    if as_json:
+        out.print_json(json.dumps(report, default=str))
+    else:
+        out.print(renderable(report))
+    if code:
+        err.print(f"[bold red]handoff refused[/]: {'; '.join(report['problems'])}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
+
+
+@app.command("gpus")
+def gpus_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")) -> None:
+    """Show each NVIDIA GPU: v2 memory used/reserved/free, utilisation and the processes on it."""
+    from rich.table import Table
+
+    from .gpus import NvmlBackend, NvmlUnavailable
+
+    try:
+        with NvmlBackend() as nv:
+            states, source = nv.snapshot(), nv.describe()
+    except NvmlUnavailable as e:
+        if as_json:
+            out.print_json(json.dumps({"available": False, "reason": str(e), "gpus": []}))
+        else:
+            out.print(f"No NVIDIA GPU here: {e}")
+        return
+    except PipelineError as e:
+        fail(str(e), code=1)
+    if as_json:
+        out.print_json(json.dumps({"available": True, "source": source, "gpus": [s.to_dict() for s in states]}))
+        return
+    if not states:
+        out.print(f"No NVIDIA GPU here: {source} reports 0 devices")
+        return
+    t = Table(title=source, title_justify="left")
+    for col in ("GPU", "name", "UUID", "PCI", "minor", "used MiB", "reserved MiB", "free MiB", "total MiB", "util %",
+                "processes"):
+        t.add_column(col, overflow="fold")
+    for s in states:
+        procs = ", ".join(f"{p.pid} ({p.kind}, {'?' if p.used_mib is None else f'{p.used_mib:.0f} MiB'})"
+                          for p in s.processes) or "-"
+        t.add_row(str(s.index), s.name, s.uuid, s.pci_bus_id, str(s.minor), f"{s.used_mib:.0f}", f"{s.reserved_mib:.0f}",
+                  f"{s.free_mib:.0f}", f"{s.total_mib:.0f}", "-" if s.util_gpu is None else str(s.util_gpu), procs)
+    out.print(t)
+
+
+@app.command()
+def doctor(config: Path = ConfigArg,
+           as_json: bool = typer.Option(False, "--json", help="Print JSON instead of lines."),
+           engines: bool = typer.Option(True, "--engines/--no-engines",
+                                        help="Also ask each engine environment about the target (seconds each).")) -> None:
+    """Preflight: catch what would otherwise surface after a long model load. Exit 1 on any FAIL."""
+    from dataclasses import asdict
+
+    from .doctor import FAIL, WARN, failed, run_doctor
+
+    cfg = _load(config)
+    checks = run_doctor(cfg, engines=engines)
+    if as_json:
+        print(json.dumps([asdict(c) for c in checks], indent=2))
+    else:
+        colour = {FAIL: "red", WARN: "yellow"}
+        for c in checks:
+            fix = f"  [dim]fix: {c.fix}[/]" if c.fix and c.status != "PASS" else ""
+            out.print(f"[{colour.get(c.status, 'green')}]{c.status}[/] {c.name:24s} {c.reason} "
+                      f"[dim]({c.seconds:.1f} s)[/]{fix}", highlight=False, soft_wrap=True)
+    raise typer.Exit(1 if failed(checks) else 0)
+
+
+@app.command()
+def train(config: Path = ConfigArg) -> None:
+    """Phase 3 alone: train the drafter (resumes, incl. an interrupted save), gate it for the serving
+    engine and export it where that engine's layout differs. Without GPUs: an UNTRAINED dry-run checkpoint."""
+    cfg = _load(config)
+    from .phases.train import run_train
+    from .pipeline import supervisor
+
+    sup = supervisor(cfg)
+    signal.signal(signal.SIGTERM, _raise_interrupt)  # unwind so the trainer gets its grace period to save
+    try:
+        manifest = run_train(cfg, sup)
+    except KeyboardInterrupt:
+        err.print("interrupted: the trainer saves interrupted/ within train.stop_grace_s; rerun to resume from it")
+        raise typer.Exit(130)
+    except ConfigError as e:
+        fail(str(e))
+    except PipelineError as e:
+        fail(f"{e}\n(retryable: {e.retryable}; a rerun resumes where this stopped)", code=1)
+    finally:
+        sup.stop_all()
+    label = "[green]TRAINED[/]" if manifest["trained"] else f"[bold yellow]{manifest['status']}[/]"
+    out.print(f"train: {label}\n  checkpoint {manifest['checkpoint']} (gated for {manifest['engine']}, aux layer ids "
+              f"{manifest['aux_layer_ids']} in the {manifest['aux_layer_ids_convention']} convention)\n"
+              f"  epochs {manifest['epochs_completed']}/{manifest['epochs']}, global step {manifest['global_step']}",
+              highlight=False, soft_wrap=True)
+
+
+@app.command("check-drafter")
+def check_drafter_cmd(
+        directory: Path = typer.Argument(..., help="Drafter checkpoint dir (config.json + model.safetensors)."),
+        engine: str = typer.Option(..., "--engine", help="Serving engine whose loader to check against: vllm or sglang."),
+        target: Optional[Path] = typer.Option(None, "--target", help="Target model dir: also check vocab, hidden "
+                                                                     "size and that the aux layers exist."),
+        aux_layer_ids: Optional[list[int]] = typer.Option(
+            None, "--aux-layer-ids", help="Layers the drafter's hidden states were extracted from, vllm convention "
+                                          "(input of decoder layer k), without the last layer; repeat per id."),
+        as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+        ) -> None:
+    """Gate a drafter checkpoint for a serving engine: exit 0 pass, 1 fail (each problem says what to fix)."""
+    from .checkpoints import check_drafter
+
+    if engine not in ("vllm", "sglang"):
+        fail(f"--engine: {engine!r}; choose vllm or sglang")
+    report = check_drafter(directory, engine, target=target, expected_aux_ids=list(aux_layer_ids) if aux_layer_ids else None)
+    if as_json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        (out if report.ok else err).print(report.render(), highlight=False, soft_wrap=True, markup=False)
+    raise typer.Exit(0 if report.ok else 1)
+
+
+@app.command("export-drafter")
+def export_drafter_cmd(
+        directory: Path = typer.Argument(..., help="Drafter checkpoint dir to read."),
+        output: Path = typer.Argument(..., help="Dir to write (replaced if it exists)."),
+        engine: str = typer.Option(..., "--engine", help="Layout to write: vllm or sglang."),
+        convention: Optional[str] = typer.Option(
+            None, "--aux-convention", help="How DIR's stored aux ids are meant: vllm or sglang (default: vllm for a "
+                                           "speculators checkpoint, sglang for an EAGLE-layout one)."),
+        ) -> None:
+    """Rewrite a drafter in an engine's layout (weight names, config format, aux-id convention), then gate it."""
+    from .checkpoints import check_drafter
+    from .drafter_export import export_drafter
+
+    if engine not in ("vllm", "sglang") or convention not in (None, "vllm", "sglang"):
+        fail("--engine and --aux-convention take vllm or sglang")
+    try:
+        path = export_drafter(directory, output, engine, source_convention=convention)
+    except PipelineError as e:
+        fail(str(e), code=1)
+    report = check_drafter(path, engine)
+    (out if report.ok else err).print(report.render(), highlight=False, soft_wrap=True, markup=False)
+    raise typer.Exit(0 if report.ok else 1)
 
 
 def main() -> None:

@@ -11,7 +11,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
@@ -106,6 +106,24 @@ class Datagen(Strict):
     connect_timeout_s: PositiveFloat = 30.0
     max_retries: int = Field(5, ge=0)
     fsync_every: int = Field(16, ge=1)
+    # Extra top-level JSON fields for every chat request (chat_template_kwargs, ignore_eos, ...);
+    # they change the generated data, so a resume compares them like the sampling params.
+    request_extra: dict[str, Any] = Field(default_factory=dict)
+    skip_invalid_prompts: bool = False  # False: any malformed prompt row stops the phase before it starts
+    # Prompts the server rejects (e.g. longer than max_model_len) are logged in failures.jsonl; beyond
+    # this share of the set without a sample, the phase fails instead of passing a thin data set on.
+    max_failed_fraction: float = Field(0.01, ge=0, le=1)
+
+    @field_validator("request_extra")
+    @classmethod
+    def _no_owned_keys(cls, v):
+        owned = sorted(set(v) & {"model", "messages", "stream", "n"})
+        if owned:
+            raise ValueError(f"{owned} are set by the pack; remove them from request_extra")
+        sampling = sorted(set(v) & {"temperature", "top_p", "max_tokens", "max_completion_tokens", "seed"})
+        if sampling:
+            raise ValueError(f"{sampling} belong under datagen.sampling; move them there")
+        return v
 
 
 class Extract(Strict):
@@ -151,6 +169,17 @@ class Bench(Strict):
     temperature: float = Field(0.0, ge=0)
     warmup_prompts: int = Field(4, ge=0)
     acceptance_floor: float = Field(1.3, ge=1.0)
+    # False: requests end at EOS, as in real traffic. True: every request runs to max_tokens, which
+    # makes baseline and k runs produce the same token counts even when sampling (temperature > 0).
+    ignore_eos: bool = False
+    # Benchmark prompts. Default (unset): the rows of datagen.prompts that data generation did not
+    # use (held out from training); set it to measure on another prompt set (e.g. MT-Bench as JSONL).
+    prompts: Path | None = None
+    # Serve this drafter instead of the train phase's output (a published drafter, or a test
+    # drafter); `drafter_trained` says whether the acceptance gate applies to it.
+    drafter: Path | None = None
+    drafter_trained: bool = True
+    client_timeout_s: PositiveFloat = 3600.0  # one `vllm bench serve` / bench_serving invocation
 
     @field_validator("num_speculative_tokens", "concurrency")
     @classmethod
@@ -216,14 +245,16 @@ class PipelineConfig(Strict):
 
 # ---- loading -----------------------------------------------------------------------------------
 
-_PATH_FIELDS = ("run_dir", "target.model", "datagen.prompts", "engines.*.python",
+_PATH_FIELDS = ("run_dir", "target.model", "datagen.prompts", "bench.prompts", "bench.drafter", "engines.*.python",
                 "handoff.shm_dir", "handoff.dev_dir", "handoff.pycache_dirs[]")
 
 
 def _resolve_paths(raw: dict, base: Path) -> dict:
     def fix(value):
         if isinstance(value, str) and value and not os.path.isabs(os.path.expanduser(value)):
-            return str((base / value).resolve())
+            # normpath, not resolve(): a venv's bin/python is a symlink to the base interpreter, and
+            # following it would lose the venv (its site-packages and its console scripts).
+            return os.path.normpath(base / value)
         if isinstance(value, str):
             return os.path.expanduser(value)
         return value
@@ -309,6 +340,12 @@ def _semantic_checks(cfg: PipelineConfig, source: str) -> list[str]:
         problems.append(f"{source}: target.model: {str(model)!r} has no config.json; it must be a Hugging Face model dir")
     if not cfg.datagen.prompts.is_file():
         problems.append(f"{source}: datagen.prompts: file {str(cfg.datagen.prompts)!r} does not exist; give a JSONL prompt set")
+    if cfg.bench.prompts is not None and not cfg.bench.prompts.is_file():
+        problems.append(f"{source}: bench.prompts: file {str(cfg.bench.prompts)!r} does not exist; give a JSONL prompt "
+                        "set, or remove the key to benchmark on the prompts data generation held out")
+    if cfg.bench.drafter is not None and not (cfg.bench.drafter / "config.json").is_file():
+        problems.append(f"{source}: bench.drafter: {str(cfg.bench.drafter)!r} is not a drafter checkpoint dir (no "
+                        "config.json); point it at one, or remove the key to serve the train phase's drafter")
     for name in ("vllm", "sglang", "speculators"):
         env = getattr(cfg.engines, name)
         if env is not None and env.python is not None and not os.access(env.python, os.X_OK):

@@ -31,7 +31,8 @@ class ProcInfo:
 
 def read_stat(pid: int) -> ProcInfo | None:
     try:
-        raw = (PROC / str(pid) / "stat").read_text()
+        with open(f"/proc/{pid}/stat") as fh:
+            raw = fh.read()
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return None
     # comm may contain spaces and parentheses; it ends at the last ')'.
@@ -52,6 +53,17 @@ def start_time(pid: int) -> float | None:
 def same_process(pid: int, recorded_start: float) -> bool:
     now = start_time(pid)
     return now is not None and abs(now - recorded_start) < 0.05
+
+
+def start_ticks(pid: int) -> int | None:
+    """Start time in clock ticks since boot: exact and immune to wall-clock steps (psutil's
+    create_time adds the boot time, which is re-read per process and can drift by a second)."""
+    info = read_stat(pid)
+    return info.start_ticks if info is not None else None
+
+
+def same_start(pid: int, recorded_ticks: int) -> bool:
+    return start_ticks(pid) == recorded_ticks
 
 
 def all_pids() -> list[int]:
@@ -89,7 +101,8 @@ def exe_name(pid: int) -> str:
 
 def environ_value(pid: int, key: str) -> str | None:
     try:
-        raw = (PROC / str(pid) / "environ").read_bytes()
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            raw = fh.read()
     except OSError:
         return None
     prefix = key.encode() + b"="
@@ -106,27 +119,85 @@ def uid_of(pid: int) -> int | None:
         return None
 
 
-def open_paths(pid: int) -> set[str]:
-    """Targets of the process's open fds plus file-backed mappings (a mapping outlives its fd)."""
+def open_paths(pid: int, needle: str | None = None) -> set[str]:
+    """Targets of the process's open fds plus file-backed mappings (a mapping outlives its fd).
+    With `needle`, only paths containing it are returned, and a maps file without it is not parsed
+    (a CUDA process maps thousands of regions; scanning every process must stay cheap)."""
     found: set[str] = set()
-    fd_dir = PROC / str(pid) / "fd"
+    fd_dir = f"/proc/{pid}/fd/"  # plain strings: pathlib costs more than the syscalls here
     try:
         for fd in os.listdir(fd_dir):
             try:
-                found.add(os.readlink(fd_dir / fd))
+                target = os.readlink(fd_dir + fd)
             except OSError:
                 continue
+            if needle is None or needle in target:
+                found.add(target)
     except OSError:
         return found
     try:
-        with open(PROC / str(pid) / "maps") as fh:
-            for line in fh:
-                parts = line.split(maxsplit=5)
-                if len(parts) == 6 and parts[5].startswith("/"):
-                    found.add(parts[5].rstrip("\n").removesuffix(" (deleted)"))
+        with open(f"/proc/{pid}/maps", "rb") as fh:
+            raw = fh.read()
     except OSError:
-        pass
+        return found
+    if needle is not None and needle.encode() not in raw:
+        return found
+    for line in raw.decode(errors="replace").splitlines():
+        parts = line.split(maxsplit=5)
+        if len(parts) == 6 and parts[5].startswith("/") and (needle is None or needle in parts[5]):
+            found.add(parts[5].removesuffix(" (deleted)"))
     return found
+
+
+def all_open_paths(keep=lambda path: True, needle: str | None = None) -> dict[str, set[int]]:
+    """Path -> live PIDs that have it open or mapped, for the paths `keep` accepts (one /proc pass).
+    `needle`, a substring every wanted path contains, makes the pass much cheaper."""
+    result: dict[str, set[int]] = {}
+    for pid in all_pids():
+        if not alive(pid):
+            continue
+        for path in open_paths(pid, needle):
+            if keep(path):
+                result.setdefault(path, set()).add(pid)
+    return result
+
+
+def open_inodes_under(prefix: str) -> dict[tuple[int, int], set[int]]:
+    """(st_dev, st_ino) -> live PIDs holding a file under `prefix` open or mapped.
+
+    Identity must be the inode, not the path: glibc's sem_open maps a semaphore under a temporary
+    name and then links it to its real name, so /proc/PID/maps shows `sem.XXXX (deleted)` while the
+    live file is `sem.mp-...`; matching by path would call a live semaphore unused."""
+    result: dict[tuple[int, int], set[int]] = {}
+    for pid in all_pids():
+        if not alive(pid):
+            continue
+        fd_dir = PROC / str(pid) / "fd"
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if not os.readlink(fd_dir / fd).startswith(prefix):
+                    continue
+                st = os.stat(fd_dir / fd)
+            except OSError:
+                continue
+            result.setdefault((st.st_dev, st.st_ino), set()).add(pid)
+        try:
+            with open(PROC / str(pid) / "maps") as fh:
+                for line in fh:
+                    if prefix not in line:
+                        continue
+                    parts = line.split(maxsplit=5)
+                    if len(parts) < 6 or not parts[5].startswith(prefix):
+                        continue
+                    major, minor = (int(x, 16) for x in parts[3].split(":"))
+                    result.setdefault((os.makedev(major, minor), int(parts[4])), set()).add(pid)
+        except OSError:
+            continue
+    return result
 
 
 def holders_of(paths_match, pids: list[int] | None = None) -> dict[int, set[str]]:
@@ -165,6 +236,46 @@ def descendants(pid: int, procs: list[ProcInfo] | None = None) -> set[int]:
                 out.add(c)
                 todo.append(c)
     return out
+
+
+def listening_sockets(ports: set[int]) -> dict[int, set[int]]:
+    """Port -> socket inodes in LISTEN state on this host (any address, IPv4 and IPv6)."""
+    found: dict[int, set[int]] = {}
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = (PROC / "net" / table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            cols = line.split()
+            if cols[3] != "0A":  # TCP_LISTEN
+                continue
+            port = int(cols[1].rsplit(":", 1)[1], 16)
+            if port in ports:
+                found.setdefault(port, set()).add(int(cols[9]))
+    return found
+
+
+def socket_pids(inodes: set[int]) -> dict[int, set[int]]:
+    """Socket inode -> live PIDs holding it as an fd (how a listener is traced to its process)."""
+    wanted = {f"socket:[{i}]": i for i in inodes}
+    result: dict[int, set[int]] = {}
+    if not wanted:
+        return result
+    for pid in all_pids():
+        fd_dir = f"/proc/{pid}/fd/"
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(fd_dir + fd)
+            except OSError:
+                continue
+            if target in wanted:
+                result.setdefault(wanted[target], set()).add(pid)
+    return result
 
 
 def listening_ports(ports: set[int]) -> dict[int, str]:

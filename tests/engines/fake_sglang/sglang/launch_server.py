@@ -1,0 +1,62 @@
+"""Stand-in for `python -m sglang.launch_server`: accepts SGLang's documented launch flags (an
+unknown flag fails like the real parser does) and reproduces its startup as seen from outside:
+HTTP answers at once, /health is 503 until FAKE_SGLANG_HEALTH_AFTER seconds, and the ready line
+is printed after FAKE_SGLANG_READY_AFTER seconds (negative: never)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+READY_LINE = "The server is fired up and ready to roll!"
+
+
+def parse() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="sglang.launch_server")
+    for flag in ("--model-path", "--served-model-name", "--host", "--context-length", "--dtype", "--api-key",
+                 "--speculative-algorithm", "--speculative-draft-model-path", "--speculative-num-steps",
+                 "--speculative-eagle-topk", "--speculative-num-draft-tokens", "--mem-fraction-static"):
+        ap.add_argument(flag)
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--tp-size", type=int, default=1)
+    ap.add_argument("--trust-remote-code", action="store_true")
+    ap.add_argument("--enable-metrics", action="store_true")
+    return ap.parse_args()
+
+
+def main() -> None:
+    args = parse()
+    t0 = time.monotonic()
+    health_after = float(os.environ.get("FAKE_SGLANG_HEALTH_AFTER", "0"))
+    ready_after = float(os.environ.get("FAKE_SGLANG_READY_AFTER", "0"))
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            if self.path == "/health":
+                code = 200 if time.monotonic() - t0 >= health_after else 503
+            elif self.path == "/v1/models":  # like SGLang: 200 long before the server can serve
+                code = 200
+            else:
+                code = 404
+            body = json.dumps({"model": args.served_model_name}).encode()
+            self.send_response(code)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    httpd = ThreadingHTTPServer((args.host or "127.0.0.1", args.port), Handler)
+    print(f"fake sglang: serving {args.model_path} as {args.served_model_name} on port {args.port}", flush=True)
+    if ready_after >= 0:
+        threading.Timer(ready_after, lambda: print(f"[ts] {READY_LINE}", flush=True)).start()
+    httpd.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

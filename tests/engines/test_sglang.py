@@ -1,0 +1,91 @@
+"""SGLang adapter: the launch command follows SGLang's documented flags, and readiness needs both
+/health 200 and the "fired up" log line. Readiness runs against a real HTTP server process (a
+stand-in for sglang.launch_server, see fake_sglang/) started through start_server."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from eagle3 import procfs
+from eagle3.config import EngineEnv, Server, Target
+from eagle3.engines import sglang
+from eagle3.engines.serving import start_server
+from eagle3.errors import ServiceStartTimeout
+from eagle3.services import LAUNCH_MARKER, Supervisor, state_dir_for
+
+from tests.conftest import free_port
+
+FAKE = Path(__file__).parent / "fake_sglang"
+SPEC_FLAGS = ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/drafters/d1",
+              "--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]
+
+
+def flag(argv: list[str], name: str) -> str:
+    assert argv.count(name) == 1, f"{name} should appear once in {argv}"
+    return argv[argv.index(name) + 1]
+
+
+def test_serve_argv_has_documented_flags_and_passes_speculative_flags_through():
+    target = Target(model=Path("/models/t"), served_name="tgt", dtype="bfloat16", max_model_len=2048,
+                    tensor_parallel_size=2, trust_remote_code=True)
+    server = Server(port=30000, extra_args=["--mem-fraction-static", "0.8"], api_key="s3cret")
+    argv = sglang.serve_argv(EngineEnv(python=Path("/envs/sgl/bin/python")), target, server, SPEC_FLAGS)
+    assert argv[:3] == ["/envs/sgl/bin/python", "-m", "sglang.launch_server"]
+    assert flag(argv, "--model-path") == "/models/t"
+    assert flag(argv, "--served-model-name") == "tgt"
+    assert (flag(argv, "--host"), flag(argv, "--port")) == ("127.0.0.1", "30000")
+    assert flag(argv, "--context-length") == "2048" and flag(argv, "--tp-size") == "2"
+    assert flag(argv, "--dtype") == "bfloat16" and "--trust-remote-code" in argv
+    assert flag(argv, "--api-key") == "s3cret"
+    # Phase flags pass through verbatim, in order, and the server's own extra args come last.
+    assert argv[-len(SPEC_FLAGS) - 2:] == SPEC_FLAGS + ["--mem-fraction-static", "0.8"]
+    # A command prefix (conda run ...) replaces the interpreter and still runs the module.
+    prefixed = sglang.serve_argv(EngineEnv(command_prefix=["conda", "run", "-n", "sgl"]), target, Server(port=1))
+    assert prefixed[:6] == ["conda", "run", "-n", "sgl", "python", "-m"]
+
+
+def fake_config(make_config, health_after: float, ready_after: float, timeout_s: float = 20):
+    cfg = make_config({
+        "engines": {"sglang": {"python": sys.executable,
+                               "env": {"PYTHONPATH": str(FAKE), "FAKE_SGLANG_HEALTH_AFTER": str(health_after),
+                                       "FAKE_SGLANG_READY_AFTER": str(ready_after)}}},
+        "datagen": {"engine": "sglang", "server": {"port": free_port(), "startup_timeout_s": timeout_s,
+                                                   "extra_args": []}},  # the tiny config's are vLLM flags
+    }, check_files=False)
+    return cfg, Supervisor(state_dir_for(cfg.run_dir))
+
+
+@pytest.mark.parametrize("health_after, ready_after", [(0.3, 2.0), (2.0, 0.3)],
+                         ids=["log-line-last", "health-last"])
+def test_ready_only_when_health_is_200_and_the_log_says_so(make_config, health_after, ready_after):
+    cfg, sup = fake_config(make_config, health_after, ready_after)
+    t0 = time.monotonic()
+    proc = start_server(sup, cfg, "datagen", "sglang", cfg.datagen.server, extra_args=SPEC_FLAGS)
+    waited = time.monotonic() - t0
+    try:
+        assert max(health_after, ready_after) <= waited < max(health_after, ready_after) + 5
+        base = f"http://127.0.0.1:{cfg.datagen.server.port}"
+        assert httpx.get(f"{base}/health", timeout=2).status_code == 200
+        assert sglang.READY_LINE in proc.log_tail()
+    finally:
+        proc.stop()
+    assert procfs.group_members(proc.entry.pgid) == []
+    assert sup.registry.entries() == []
+    assert not procfs.listening_ports({cfg.datagen.server.port})
+
+
+def test_ready_line_of_an_earlier_launch_does_not_count(make_config):
+    cfg, sup = fake_config(make_config, health_after=0.2, ready_after=-1, timeout_s=3)
+    log = cfg.phase_dir("datagen") / "logs" / "sglang-server.log"  # where start_server logs
+    log.parent.mkdir(parents=True)
+    log.write_text(f"{LAUNCH_MARKER}earlier attempt\n[ts] {sglang.READY_LINE}\n")
+    with pytest.raises(ServiceStartTimeout, match="fired up"):
+        start_server(sup, cfg, "datagen", "sglang", cfg.datagen.server)
+    # The timed-out server was torn down: nothing listens, nothing is registered.
+    assert sup.registry.entries() == []
+    assert not procfs.listening_ports({cfg.datagen.server.port})

@@ -1,0 +1,69 @@
+"""A real vLLM CPU server on the tiny model: starts, answers, exposes metrics, and (in the shared
+fixture's teardown) stops without leaving a process, a registry entry or a listener behind."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+import psutil
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.engine]
+
+SERVED = "tiny-llama"
+
+
+def chat(server, content: str, max_tokens: int = 16) -> dict:
+    r = httpx.post(f"{server.base_url}/v1/chat/completions", timeout=60, json={
+        "model": SERVED, "messages": [{"role": "user", "content": content}],
+        "max_tokens": max_tokens, "temperature": 0})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def metric_total(text: str, name: str) -> float:
+    """Sum of a Prometheus counter over its label sets (one per engine)."""
+    values = [float(m.group(1)) for m in re.finditer(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.M)]
+    assert values, f"{name} not on /metrics"
+    return sum(values)
+
+
+def test_server_tree_is_one_supervised_group(vllm_server):
+    assert vllm_server.process.poll() is None
+    assert vllm_server.config.target.served_name == SERVED
+    # vLLM runs the API server, EngineCore and a worker; stopping the group must reach all of them.
+    members = [p for p in vllm_server.group if not p.zombie]
+    assert len(members) >= 2, f"expected the engine processes in the server's group, got {members}"
+    assert vllm_server.process.entry.id in {e.id for e in vllm_server.supervisor.registry.entries()}
+    rss = sum(psutil.Process(p.pid).memory_info().rss for p in members if psutil.pid_exists(p.pid))
+    print(f"vLLM ready in {vllm_server.startup_s:.1f} s; group {[p.comm for p in members]}; RSS {rss / 2**30:.2f} GiB")
+
+
+def test_models_lists_the_served_name(vllm_server):
+    r = httpx.get(f"{vllm_server.base_url}/v1/models", timeout=10)
+    assert r.status_code == 200
+    assert [m["id"] for m in r.json()["data"]] == [SERVED]
+
+
+def test_chat_completion_answers_deterministically(vllm_server):
+    first = chat(vllm_server, "Explain a binary search in two sentences.")
+    assert first["model"] == SERVED
+    reply = first["choices"][0]["message"]["content"]
+    assert isinstance(reply, str) and reply.strip(), f"empty reply: {first}"
+    usage = first["usage"]
+    assert usage["prompt_tokens"] > 0 and usage["completion_tokens"] > 0
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+    # Greedy decoding of a fixed model: the same prompt gives the same text.
+    assert chat(vllm_server, "Explain a binary search in two sentences.")["choices"][0]["message"]["content"] == reply
+
+
+def test_metrics_count_the_requests(vllm_server):
+    before = metric_total(httpx.get(f"{vllm_server.base_url}/metrics", timeout=10).text, "vllm:prompt_tokens_total")
+    usage = chat(vllm_server, "Explain a hash map in two sentences.", max_tokens=4)["usage"]
+    r = httpx.get(f"{vllm_server.base_url}/metrics", timeout=10)
+    assert r.status_code == 200
+    after = metric_total(r.text, "vllm:prompt_tokens_total")
+    assert after - before == usage["prompt_tokens"]
+    # No speculative config on this server, so no spec-decode counters either.
+    assert "vllm:spec_decode_num_drafts" not in r.text

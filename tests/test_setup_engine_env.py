@@ -1,0 +1,57 @@
+"""scripts/setup-engine-env.sh is idempotent: on the built engine venv it is a quick no-op.
+
+Every run goes through --check first, so a stale venv fails the test instead of starting a
+3.5 GB rebuild inside the test suite."""
+
+from __future__ import annotations
+
+import shutil
+import time
+
+import pytest
+
+from eagle3.errors import CommandFailed
+from eagle3.services import LaunchSpec, Supervisor
+
+from tests.conftest import REPO, engine_available
+
+SCRIPT = REPO / "scripts" / "setup-engine-env.sh"
+VENV = REPO / ".venv-engine"
+
+
+def run_script(tmp_path, *args: str) -> tuple[int, str, float]:
+    sup = Supervisor(tmp_path / "state")
+    log = tmp_path / f"setup-{len(list(tmp_path.glob('setup-*.log')))}.log"
+    t0 = time.monotonic()
+    try:
+        rc = sup.run(LaunchSpec(name="setup-engine-env", argv=[str(SCRIPT), *args], log=log, cwd=REPO),
+                     timeout_s=120)
+    except CommandFailed as e:
+        rc = e.returncode
+    assert sup.registry.entries() == []
+    return rc, log.read_text(), time.monotonic() - t0
+
+
+@pytest.mark.engine
+@pytest.mark.skipif(not engine_available(), reason="engine venv missing: run scripts/setup-engine-env.sh")
+def test_rerun_on_built_venv_does_nothing(tmp_path):
+    rc, text, _ = run_script(tmp_path, "--check", str(VENV))
+    assert rc == 0, f"the engine venv is not up to date; rebuild it outside the tests:\n{text}"
+    rc, text, seconds = run_script(tmp_path, str(VENV))
+    assert rc == 0
+    assert "(nothing to do)" in text
+    assert "installing" not in text and "pip" not in text
+    assert seconds < 30, f"a no-op run took {seconds:.1f} s"
+
+
+def test_check_reports_a_missing_or_unfinished_venv(tmp_path):
+    rc, text, _ = run_script(tmp_path, "--check", str(tmp_path / "absent"))
+    assert rc == 1 and "not up to date" in text
+    assert not (tmp_path / "absent").exists(), "--check must not create anything"
+    # A stamp alone (an interrupted build, say) is not an up-to-date venv.
+    fake = tmp_path / "fake"
+    (fake / "bin").mkdir(parents=True)
+    if (VENV / ".eagle3-engine-stamp").exists():
+        shutil.copy(VENV / ".eagle3-engine-stamp", fake / ".eagle3-engine-stamp")
+    rc, text, _ = run_script(tmp_path, "--check", str(fake))
+    assert rc == 1 and "not up to date" in text
