@@ -52,12 +52,13 @@ def fsync_dir(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def file_lock(path: Path) -> Iterator[None]:
-    """Exclusive advisory lock; released by the kernel if the holder dies."""
+def file_lock(path: Path, blocking: bool = True) -> Iterator[None]:
+    """Exclusive advisory lock; released by the kernel if the holder dies.
+    With blocking=False a held lock raises BlockingIOError at once instead of waiting."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+") as fh:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
         try:
             yield
         finally:

@@ -27,6 +27,13 @@ from .fsio import atomic_write_json, file_lock, read_json, tail
 OWNER_ENV = "EAGLE3_OWNER_TOKEN"
 SERVICE_ENV = "EAGLE3_SERVICE_ID"
 POLL_S = 0.05
+LAUNCH_MARKER = "==> eagle3: launching "
+STATE_DIRNAME = "state"
+
+
+def state_dir_for(run_dir: Path) -> Path:
+    """Where a run dir keeps its registry and owner token; the handoff looks here too."""
+    return Path(run_dir) / STATE_DIRNAME
 
 
 # ---- registry ----------------------------------------------------------------------------------
@@ -44,6 +51,16 @@ class Entry:
     gpus: list[int] = field(default_factory=list)
     started_at: float = 0.0
     unit: str | None = None
+    start_ticks: int = 0  # exact identity (clock ticks since boot); 0 in registries written before it existed
+
+    def is_leader_alive_and_ours(self) -> bool | None:
+        """True: the leader PID is our process; False: it now belongs to another one; None: no live leader."""
+        info = procfs.read_stat(self.pid)
+        if info is None or info.zombie:
+            return None
+        if self.start_ticks:
+            return info.start_ticks == self.start_ticks
+        return procfs.same_process(self.pid, self.start_time)
 
 
 class Registry:
@@ -101,10 +118,7 @@ def _group_is_ours(entry: Entry) -> bool:
     Linux never hands out a PID that is still in use as a process-group id, so while any member
     of the group lives, the group is the one we started. If the leader's PID now belongs to a
     process with another start time, our group is gone and that PID is someone else's."""
-    leader = procfs.read_stat(entry.pid)
-    if leader is not None and not leader.zombie and not procfs.same_process(entry.pid, entry.start_time):
-        return False
-    return True
+    return entry.is_leader_alive_and_ours() is not False
 
 
 def _live(pids: list[int]) -> list[int]:
@@ -124,13 +138,15 @@ def _escaped(entry: Entry, token: str) -> list[int]:
 
 def stop_entry(entry: Entry, token: str, grace_s: float, reap: Callable[[], object] | None = None) -> StopOutcome:
     t0 = time.monotonic()
-    if not _group_is_ours(entry):
+    group_ours = _group_is_ours(entry)
+    escaped = _escaped(entry, token)
+    if not group_ours and not escaped:
         return StopOutcome(entry.id, entry.name, entry.pgid, [], "skipped", 0.0, [],
                            note=f"PID {entry.pid} now belongs to another process (start time differs); left alone")
-    members = [{"pid": p.pid, "comm": p.comm} for p in procfs.group_members(entry.pgid)]
-    escaped = _escaped(entry, token)
-    members += [{"pid": pid, "comm": procfs.read_stat(pid).comm if procfs.read_stat(pid) else "?", "escaped": True}
-                for pid in escaped]
+    members = [{"pid": p.pid, "comm": p.comm} for p in procfs.group_members(entry.pgid)] if group_ours else []
+    for pid in escaped:
+        info = procfs.read_stat(pid)
+        members.append({"pid": pid, "comm": info.comm if info else "?", "escaped": True})
     if not members:
         if reap:
             reap()
@@ -139,13 +155,15 @@ def stop_entry(entry: Entry, token: str, grace_s: float, reap: Callable[[], obje
     def remaining() -> list[int]:
         if reap:
             reap()
-        return [p.pid for p in procfs.group_members(entry.pgid)] + _live(escaped)
+        group = [p.pid for p in procfs.group_members(entry.pgid)] if group_ours else []
+        return group + _live(escaped)
 
     def send(sig: int) -> None:
-        try:
-            os.killpg(entry.pgid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
+        if group_ours:
+            try:
+                os.killpg(entry.pgid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
         for pid in _live(escaped):
             try:
                 os.kill(pid, sig)
@@ -164,8 +182,13 @@ def stop_entry(entry: Entry, token: str, grace_s: float, reap: Callable[[], obje
         deadline = time.monotonic() + 10.0
         while (left := remaining()) and time.monotonic() < deadline:
             time.sleep(POLL_S)
-    return StopOutcome(entry.id, entry.name, entry.pgid, members, used, round(time.monotonic() - t0, 3), left,
-                       note="" if not left else "survived SIGKILL (uninterruptible sleep?): drain or reboot the node")
+    if reap:
+        reap()  # the leader may have turned zombie after the last poll; do not leave it unreaped
+    note = "" if not left else "survived SIGKILL (uninterruptible sleep?): drain or reboot the node"
+    if not group_ours:
+        note = (f"PID {entry.pid} now belongs to another process (group left alone); "
+                f"ended processes carrying this service's markers. {note}").strip()
+    return StopOutcome(entry.id, entry.name, entry.pgid, members, used, round(time.monotonic() - t0, 3), left, note=note)
 
 
 # ---- readiness and watchdog --------------------------------------------------------------------
@@ -194,20 +217,39 @@ class HttpProbe:
 
 
 class LogProbe:
-    """Ready once the log contains a line matching `pattern`."""
+    """Ready once the current launch's part of the log has a line matching `pattern`.
+
+    Logs are appended to across relaunches (retries keep the earlier attempts' output), so text
+    before the last launch marker is never matched: an old "ready" line must not pass a new launch."""
+
+    FIRST_READ = 1 << 20
 
     def __init__(self, log: Path, pattern: str):
-        self.log, self.regex, self._offset = Path(log), re.compile(pattern), 0
+        self.log, self.regex = Path(log), re.compile(pattern, re.MULTILINE)
+        self._offset: int | None = None
+        self._carry = ""
+        self._seen = False
 
     def ready(self) -> bool:
+        if self._seen:  # sticky: the line may scroll out of what is re-read while other probes wait
+            return True
         try:
             with open(self.log, "rb") as fh:
-                fh.seek(max(0, self._offset - 4096))
+                if self._offset is None:
+                    fh.seek(0, os.SEEK_END)
+                    self._offset = max(0, fh.tell() - self.FIRST_READ)
+                fh.seek(self._offset)
                 chunk = fh.read().decode(errors="replace")
                 self._offset = fh.tell()
         except FileNotFoundError:
             return False
-        return bool(self.regex.search(chunk))
+        text = self._carry + chunk
+        cut = text.rfind(LAUNCH_MARKER)
+        if cut >= 0:
+            text = text[cut + len(LAUNCH_MARKER):]
+        self._carry = text[-4096:]  # keeps a line split across two reads matchable
+        self._seen = bool(self.regex.search(text))
+        return self._seen
 
     def describe(self) -> str:
         return f"log line /{self.regex.pattern}/"
@@ -256,7 +298,8 @@ class LaunchSpec:
     secrets: list[str] = field(default_factory=list)  # argv values masked in the registry and log
 
     def __post_init__(self):
-        if not self.argv or not all(isinstance(a, str) for a in self.argv):
+        # A string would be iterated as characters; argv must be a real list (no shell strings).
+        if not isinstance(self.argv, (list, tuple)) or not self.argv or not all(isinstance(a, str) for a in self.argv):
             raise TypeError(f"{self.name}: argv must be a non-empty list of strings, got {self.argv!r}")
 
     def shown_argv(self) -> list[str]:
@@ -279,15 +322,16 @@ class Supervisor:
             env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
             env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, spec.gpus))
         with open(spec.log, "ab") as log:
-            log.write(f"\n==> eagle3: launching {spec.name}: {spec.shown_argv()!r}\n".encode())
+            log.write(f"\n{LAUNCH_MARKER}{spec.name}: {spec.shown_argv()!r}\n".encode())
             log.flush()
             popen = subprocess.Popen(spec.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                      env=env, cwd=spec.cwd, start_new_session=True, close_fds=True)
-        started = procfs.start_time(popen.pid)
-        if started is None:  # exited before we could look: still record nothing, but report it
-            started = 0.0
+        # Read while the child is unreaped: even if it already exited, its zombie keeps the PID and stat.
+        started = procfs.start_time(popen.pid) or 0.0
+        ticks = procfs.start_ticks(popen.pid) or 0
         entry = Entry(id=sid, name=spec.name, phase=spec.phase, pid=popen.pid, pgid=popen.pid, start_time=started,
-                      argv=spec.shown_argv(), log=str(spec.log), gpus=list(spec.gpus), started_at=time.time())
+                      argv=spec.shown_argv(), log=str(spec.log), gpus=list(spec.gpus), started_at=time.time(),
+                      start_ticks=ticks)
         self.registry.add(entry)
         proc = Process(self, spec, popen, entry)
         self._live[sid] = proc

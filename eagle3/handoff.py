@@ -1,0 +1,305 @@
+"""The GPU handoff between two phases: stop what the pipeline started, purge its stale state,
+and prove every GPU free, or refuse to start the next phase.
+
+Order: configured systemd units -> registry sweep (groups of this and of crashed earlier runs,
+PID + start time verified) -> every other live process carrying this run's owner token -> owned
+GPU holders -> /dev/shm -> __pycache__ -> a polling loop (no fixed sleeps) until every GPU shows
+NVML v2 used <= threshold and no non-protected holder, and no listener is left on the phases'
+ports, or the deadline passes. Only owned processes are ever signalled. Anything unverifiable
+(NVML missing while GPUs are configured, an NVML error, a foreign holder) fails closed with a
+HandoffError whose message says what holds which GPU. The report is written atomically as JSON
+into <run_dir>/handoffs/ either way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from . import procfs, pycache, shm, systemd
+from .config import PHASES, Handoff, PipelineConfig
+from .errors import HandoffError, PipelineError
+from .fsio import atomic_write_json
+from .gpus import GpuBackend, GpuQueryError, GpuState, NvmlBackend
+from .holders import Holder, Ownership, describe_cmd, find_holders
+from .services import OWNER_ENV, Supervisor, state_dir_for
+from .terminate import end_processes
+
+BUSY_UTIL = 90  # % utilisation with no process on the GPU: wedged, not free
+REPORTS_DIRNAME = "handoffs"
+
+
+@dataclass
+class HandoffReport:
+    label: str
+    run_dir: str
+    threshold_mib: int
+    started_at: str
+    ok: bool = False
+    verdict: str = ""
+    gpu_check: str = ""
+    seconds: float = 0.0
+    steps: list[dict] = field(default_factory=list)
+    units: list[dict] = field(default_factory=list)
+    services: list[dict] = field(default_factory=list)
+    ended: list[dict] = field(default_factory=list)
+    gpus: list[dict] = field(default_factory=list)
+    holders: list[dict] = field(default_factory=list)
+    ports: list[dict] = field(default_factory=list)
+    shm: dict = field(default_factory=dict)
+    pycache: dict = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    path: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class _Steps:
+    def __init__(self, report: HandoffReport):
+        self.report = report
+
+    @contextlib.contextmanager
+    def __call__(self, name: str) -> Iterator[dict]:
+        rec = {"name": name, "seconds": 0.0, "detail": ""}
+        t0 = time.monotonic()
+        try:
+            yield rec
+        finally:
+            rec["seconds"] = round(time.monotonic() - t0, 3)
+            self.report.steps.append(rec)
+
+
+def next_phase(after: str) -> str | None:
+    """The phase that follows `after` ("start" = before the first phase); None after the last."""
+    if after == "start":
+        return PHASES[0]
+    i = PHASES.index(after) if after in PHASES else len(PHASES)
+    return PHASES[i + 1] if i + 1 < len(PHASES) else None
+
+
+def ports_for(cfg: PipelineConfig, after: str | None, before: str | None) -> list[int]:
+    """The ports that must be free: those of the phases on both sides, or of all phases."""
+    phases = [p for p in (after, before) if p in PHASES] or list(PHASES)
+    return sorted({port for p in phases for port in cfg.phase_ports(p)})
+
+
+def handoff_for_config(cfg: PipelineConfig, after: str = "start", before: str | None = None,
+                       backend: GpuBackend | None = None, supervisor: Supervisor | None = None) -> HandoffReport:
+    """The handoff after phase `after` ("start" before the first) and before `before` (default: the next)."""
+    before = before or next_phase(after)
+    label = f"{after}-to-{before or 'end'}"
+    return run_handoff(cfg.run_dir, cfg.handoff, list(cfg.gpus), ports_for(cfg, after, before), label=label,
+                       backend=backend, supervisor=supervisor)
+
+
+def run_handoff(run_dir: Path, settings: Handoff, gpus: list[int] | None, ports: Iterable[int] = (), *,
+                label: str = "", backend: GpuBackend | None = None,
+                supervisor: Supervisor | None = None) -> HandoffReport:
+    """gpus: the GPU indices to prove free; [] = CPU rehearsal (no GPU check); None = every GPU
+    NVML sees. Returns the report when everything is proven free; raises HandoffError otherwise."""
+    t0 = time.monotonic()
+    run_dir = Path(run_dir)
+    report = HandoffReport(label=label, run_dir=str(run_dir), threshold_mib=settings.used_mib_threshold,
+                           started_at=datetime.now(timezone.utc).isoformat(timespec="milliseconds"))
+    step = _Steps(report)
+    sup = supervisor or Supervisor(state_dir_for(run_dir))
+    ownership = Ownership.build(sup.registry.token, sup.registry.entries(), settings.protected_process_names)
+    own_backend = False
+    try:
+        with step("systemd units") as rec:
+            try:
+                report.units = systemd.stop_units(list(settings.systemd_units), settings.deadline_s)
+            except HandoffError as e:
+                report.units = (e.report or {}).get("units", [])
+                report.problems.append(str(e))
+            rec["detail"] = f"{len(report.units)} unit(s)"
+
+        with step("services") as rec:
+            outcomes = sup.sweep(settings.grace_s)
+            report.services = [asdict(o) | {"clean": o.clean} for o in outcomes]
+            for o in outcomes:
+                if not o.clean:
+                    report.problems.append(f"service {o.name} (group {o.pgid}): PIDs {o.survivors} {o.note}")
+            report.ended += [e.to_dict() for e in _end_marked(ownership, settings.grace_s)]
+            rec["detail"] = f"{len(outcomes)} registered, {len(report.ended)} other marked process(es)"
+
+        checking = gpus is None or len(gpus) > 0
+        if not checking:
+            report.gpu_check = "skipped: no GPUs declared (CPU rehearsal); GPU memory was not checked"
+        else:
+            with step("NVML") as rec:
+                try:
+                    if backend is None:
+                        backend, own_backend = NvmlBackend(), True
+                    if gpus is None:
+                        gpus = list(range(backend.count()))
+                    rec["detail"] = f"{backend.describe()}; GPUs {gpus}"
+                except PipelineError as e:
+                    checking = False
+                    report.gpu_check = f"failed: cannot verify GPUs {gpus if gpus is not None else '(all)'}: {e}"
+                    report.problems.append(report.gpu_check)
+
+        with step("owned GPU holders") as rec:
+            if checking:
+                try:
+                    holders = find_holders(_snapshot(backend, gpus), settings.dev_dir, ownership, gpus)
+                    ended = _end_owned(holders.values(), settings.grace_s)
+                    report.ended += ended
+                    rec["detail"] = f"{len(holders)} holder(s), {len(ended)} owned ended"
+                except PipelineError:
+                    pass  # the verification loop below reports NVML errors
+
+        with step("/dev/shm") as rec:
+            result = shm.purge(settings.shm_dir)
+            report.shm = result.to_dict()
+            rec["detail"] = f"{len(result.removed)} removed, {len(result.kept)} kept"
+
+        with step("__pycache__") as rec:
+            result = pycache.purge(list(settings.pycache_dirs))
+            report.pycache = result.to_dict()
+            rec["detail"] = f"{len(result.removed)} file(s) removed"
+
+        with step("verify") as rec:
+            blockers = _verify(report, settings, backend if checking else None, gpus or [], list(ports), ownership,
+                               deadline=t0 + settings.deadline_s)
+            rec["detail"] = "clean" if not blockers else f"{len(blockers)} blocker(s)"
+            report.problems += blockers
+            if checking and not blockers:
+                report.gpu_check = (f"verified: GPUs {gpus} at <= {settings.used_mib_threshold} MiB used (NVML v2) "
+                                    "with no process other than protected ones")
+    except BaseException as e:  # the written report must never say "free" for a handoff that broke
+        report.problems.append(f"handoff did not finish: {type(e).__name__}: {e}")
+        raise
+    finally:
+        if own_backend and backend is not None:
+            backend.close()
+        report.seconds = round(time.monotonic() - t0, 3)
+        report.ok = not report.problems
+        report.verdict = "GPUs free: next phase may start" if report.ok else "BLOCKED: next phase must not start"
+        report.path = str(_write(run_dir, report))
+    if not report.ok:
+        raise HandoffError(f"GPU handoff{' ' + label if label else ''} refused: " + "; ".join(report.problems), report)
+    return report
+
+
+def _snapshot(backend: GpuBackend, gpus: list[int]) -> list[GpuState]:
+    """Every GPU NVML sees (holders are attributed through all process lists); the GPUs in
+    question must be among them."""
+    every = backend.snapshot(None)
+    missing = sorted(set(gpus) - {s.index for s in every})
+    if missing:
+        raise GpuQueryError(f"GPU index {missing} not present: NVML sees {len(every)} GPU(s)")
+    return every
+
+
+def _end_marked(ownership: Ownership, grace_s: float):
+    """Live processes carrying this run's owner token that no registry entry covered any more."""
+    if not ownership.token:
+        return []
+    targets = []
+    for info in procfs.all_procs():
+        if info.zombie or info.pid in ownership.protected_pids:
+            continue
+        if procfs.environ_value(info.pid, OWNER_ENV) == ownership.token:
+            targets.append((info.pid, info.start_ticks, describe_cmd(info.pid), "carries this run's owner token"))
+    return end_processes(targets, grace_s) if targets else []
+
+
+def _end_owned(holders: Iterable[Holder], grace_s: float) -> list[dict]:
+    targets = [(h.pid, h.start_ticks, h.cmd, h.why) for h in holders if h.cls == "owned"]
+    return [e.to_dict() for e in end_processes(targets, grace_s)] if targets else []
+
+
+def _port_holders(ports: list[int], ownership: Ownership) -> list[dict]:
+    found = []
+    listening = procfs.listening_sockets(set(ports))
+    owners = procfs.socket_pids({i for inodes in listening.values() for i in inodes})
+    for port, inodes in sorted(listening.items()):
+        pids = sorted({pid for i in inodes for pid in owners.get(i, set())})
+        if not pids:
+            found.append({"port": port, "pid": None, "class": "foreign", "start_ticks": None,
+                          "cmd": "", "why": "no visible process holds the socket"})
+        for pid in pids:
+            cls, why = ownership.classify(pid)
+            found.append({"port": port, "pid": pid, "class": cls, "why": why, "cmd": describe_cmd(pid),
+                          "start_ticks": procfs.start_ticks(pid)})
+    return found
+
+
+def _verify(report: HandoffReport, settings: Handoff, backend: GpuBackend | None, gpus: list[int],
+            ports: list[int], ownership: Ownership, deadline: float) -> list[str]:
+    """Poll until the GPUs and ports are proven free, or the deadline passes. Owned stragglers
+    found on the way are ended. A foreign holder that stays for a whole grace period ends the
+    wait early: nothing this handoff may do will make it go."""
+    done: set[int] = {e["pid"] for e in report.ended}
+    first_seen: dict[int, float] = {}
+    while True:
+        now = time.monotonic()
+        states: list[GpuState] = []
+        holders: dict[int, Holder] = {}
+        if backend is not None:
+            try:
+                every = _snapshot(backend, gpus)
+            except PipelineError as e:
+                report.gpu_check = f"failed: NVML error: {e}"
+                return [report.gpu_check]
+            holders = find_holders(every, settings.dev_dir, ownership, gpus)
+            states = [s for s in every if s.index in gpus]
+        listeners = _port_holders(ports, ownership)
+        owned = [(h.pid, h.start_ticks, h.cmd, h.why) for h in holders.values() if h.cls == "owned"]
+        owned += [(p["pid"], p["start_ticks"], p["cmd"], p["why"]) for p in listeners if p["class"] == "owned"]
+        owned = [t for t in owned if t[0] not in done]
+        if owned:
+            report.ended += [e.to_dict() for e in end_processes(owned, settings.grace_s)]
+            done |= {t[0] for t in owned}
+            continue
+        blockers = _blockers(states, holders, listeners, settings.used_mib_threshold)
+        report.gpus = [s.to_dict() for s in states]
+        report.holders = [h.to_dict() for h in holders.values()]
+        report.ports = [{k: v for k, v in p.items() if k != "start_ticks"} for p in listeners]
+        if not blockers:
+            return []
+        stuck = [h.pid for h in holders.values() if h.cls == "foreign"]
+        stuck += [p["pid"] for p in listeners if p["class"] == "foreign"]
+        for pid in stuck:
+            first_seen.setdefault(pid, now)
+        if any(now - first_seen[pid] >= settings.grace_s for pid in stuck) or now >= deadline:
+            return blockers
+        time.sleep(min(settings.poll_interval_s, max(0.0, deadline - now)))
+
+
+def _blockers(states: list[GpuState], holders: dict[int, Holder], listeners: list[dict],
+              threshold: int) -> list[str]:
+    out = []
+    for s in states:
+        on_gpu = [h for h in holders.values() if s.index in h.gpus]
+        named = [f"{h.label()} [{h.cls}: {h.why}; seen via {', '.join(sorted(h.via))}]"
+                 for h in on_gpu if h.cls != "protected"]
+        if named:
+            out.append(f"GPU {s.index} ({s.uuid}) held by " + ", ".join(named))
+        if s.used_mib > threshold:
+            who = ", ".join(h.label() for h in on_gpu) or "no visible process (memory not yet released, or wedged)"
+            out.append(f"GPU {s.index} ({s.uuid}): {s.used_mib:.0f} MiB used (NVML v2) > {threshold} MiB; holders: {who}")
+        if not on_gpu and s.util_gpu is not None and s.util_gpu >= BUSY_UTIL:
+            out.append(f"GPU {s.index} ({s.uuid}): {s.util_gpu}% utilisation with no process: wedged? "
+                       "(check Xid errors; a reset or drain may be needed)")
+    for p in listeners:
+        if p["class"] == "protected":
+            continue
+        who = f"PID {p['pid']} ({p['cmd']}) [{p['class']}: {p['why']}]" if p["pid"] else p["why"]
+        out.append(f"port {p['port']} still has a listener: {who}")
+    return out
+
+
+def _write(run_dir: Path, report: HandoffReport) -> Path:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%f")
+    path = run_dir / REPORTS_DIRNAME / f"{stamp}-{report.label or 'handoff'}-{os.getpid()}.json"
+    report.path = str(path)
+    atomic_write_json(path, report.to_dict())
+    return path

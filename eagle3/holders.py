@@ -1,0 +1,157 @@
+"""Who holds a GPU, and whose process is it.
+
+Holders are the union of NVML's process lists and a /proc scan for open or mapped GPU device
+files (/dev/nvidiaN of the GPUs in question; /dev/nvidiactl alone is not a GPU: every NVML
+reader, this process included, opens it). Each holder is classified:
+  owned      - started by this pipeline: carries the run's owner token, or is a member of a
+               registry group that is provably still ours (leader PID + start time);
+  protected  - never signalled: PID 1, this process and its ancestors (the orchestrator),
+               and configured system daemons (persistence daemon, fabric manager, DCGM, ...);
+  foreign    - anything else, including an NVML PID absent from our /proc (another PID
+               namespace): it blocks the handoff and is named in the error.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+from . import procfs
+from .gpus import GpuState
+from .services import OWNER_ENV, Entry
+
+COMM_LEN = 15  # the kernel truncates comm to 15 characters
+
+
+@dataclass
+class Holder:
+    pid: int
+    gpus: set[int] = field(default_factory=set)
+    via: set[str] = field(default_factory=set)  # "nvml-compute", "nvml-graphics", "nvml-mps", "fd"
+    used_mib: float | None = None
+    cls: str = "foreign"
+    why: str = ""
+    comm: str = ""
+    cmd: str = ""
+    start_ticks: int | None = None
+
+    def to_dict(self) -> dict:
+        return {"pid": self.pid, "class": self.cls, "why": self.why, "gpus": sorted(self.gpus),
+                "via": sorted(self.via), "used_mib": self.used_mib, "comm": self.comm, "cmd": self.cmd}
+
+    def label(self) -> str:
+        return f"PID {self.pid} ({self.cmd or self.comm or '?'})"
+
+
+def describe_cmd(pid: int, limit: int = 200) -> str:
+    """The command line on one line; long ones keep head and tail (where --port and model live)."""
+    text = " ".join(" ".join(procfs.cmdline(pid)).split())
+    return text if len(text) <= limit else f"{text[: limit - 63]} ... {text[-58:]}"
+
+
+@dataclass
+class Ownership:
+    """Everything needed to decide whose a process is, captured once per handoff."""
+
+    token: str | None
+    groups: set[int]  # pgids of registry entries whose leader is alive and verified, or gone
+    protected_names: set[str]
+    protected_pids: set[int]
+
+    @classmethod
+    def build(cls, token: str | None, entries: Iterable[Entry], protected_names: Iterable[str],
+              self_pid: int | None = None) -> "Ownership":
+        groups = set()
+        for e in entries:
+            # A group whose leader PID now belongs to someone else is no longer ours: with no
+            # member left, the kernel may hand its number to a new group.
+            if e.is_leader_alive_and_ours() is not False:
+                groups.add(e.pgid)
+        me = os.getpid() if self_pid is None else self_pid
+        return cls(token=token, groups=groups, protected_names=set(protected_names),
+                   protected_pids=procfs.ancestors(me) | {me, 1})
+
+    def _protected_name(self, pid: int, comm: str) -> str | None:
+        argv = procfs.cmdline(pid)
+        names = {procfs.exe_name(pid), os.path.basename(argv[0]) if argv else ""}
+        for name in self.protected_names:
+            if name in names or comm == name[:COMM_LEN]:
+                return name
+        return None
+
+    def classify(self, pid: int) -> tuple[str, str]:
+        info = procfs.read_stat(pid)
+        if info is None:
+            return "foreign", "not visible in this host's /proc (other PID namespace?): cannot verify"
+        if pid in self.protected_pids:
+            return "protected", "this handoff process, its ancestors (orchestrator) or PID 1"
+        name = self._protected_name(pid, info.comm)
+        if name:
+            return "protected", f"system process '{name}' (handoff.protected_process_names)"
+        if self.token and procfs.environ_value(pid, OWNER_ENV) == self.token:
+            return "owned", "carries this run's owner token"
+        if info.pgid in self.groups:
+            return "owned", f"member of registered process group {info.pgid}"
+        return "foreign", "not started by this pipeline"
+
+
+def device_paths(states: list[GpuState], dev_dir: Path) -> dict[str, int]:
+    """Real path of each GPU's device file -> GPU index (paths as /proc readlink reports them)."""
+    paths: dict[str, int] = {}
+    for s in states:
+        f = s.device_file(dev_dir)
+        if f is not None:
+            paths[os.path.realpath(f)] = s.index
+    return paths
+
+
+def find_holders(states: list[GpuState], dev_dir: Path, ownership: Ownership,
+                 gpus: Iterable[int] | None = None) -> dict[int, Holder]:
+    """Every live process that holds one of `gpus` (default: all in `states`).
+
+    `states` should cover every GPU NVML sees: NVML's process lists are the per-GPU truth, and a
+    device file alone is not. The CUDA driver opens /dev/nvidiaN of every GPU on the host whatever
+    CUDA_VISIBLE_DEVICES says (measured on an H200 pair: a process limited to GPU 1 held fds on
+    /dev/nvidia0 and /dev/nvidia1; NVML listed it on GPU 1 only). So an fd on a GPU's device file
+    makes a holder of that GPU only for a process NVML lists on no GPU at all: an NVML reader, or a
+    process whose PID NVML reports from another PID namespace; it is then counted, failing closed."""
+    wanted = set(gpus) if gpus is not None else {s.index for s in states}
+    holders: dict[int, Holder] = {}
+    listed: dict[int, set[int]] = {}  # pid -> GPUs NVML lists it on, across all GPUs
+
+    def get(pid: int) -> Holder:
+        return holders.setdefault(pid, Holder(pid=pid))
+
+    for s in states:
+        for p in s.processes:
+            listed.setdefault(p.pid, set()).add(s.index)
+            if s.index not in wanted:
+                continue
+            info = procfs.read_stat(p.pid)
+            if info is not None and info.zombie:
+                continue  # a zombie has already released its GPU memory; NVML will drop it
+            h = get(p.pid)
+            h.gpus.add(s.index)
+            h.via.add(f"nvml-{p.kind}")
+            if p.used_mib is not None:
+                h.used_mib = (h.used_mib or 0) + p.used_mib
+    paths = device_paths([s for s in states if s.index in wanted], dev_dir)
+    if paths:
+        needle = os.path.commonpath(list(paths))
+        for path, pids in procfs.all_open_paths(lambda p: p in paths, needle=needle).items():
+            for pid in pids:
+                gpu = paths[path]
+                if pid in listed and gpu not in listed[pid]:
+                    continue  # a CUDA process of another GPU: the driver opens every device file
+                h = get(pid)
+                h.gpus.add(gpu)
+                h.via.add("fd")
+    for h in holders.values():
+        info = procfs.read_stat(h.pid)
+        h.comm = info.comm if info else ""
+        h.start_ticks = info.start_ticks if info else None
+        h.cmd = describe_cmd(h.pid)
+        h.cls, h.why = ownership.classify(h.pid)
+    return holders

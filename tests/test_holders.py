@@ -1,0 +1,62 @@
+"""Classifying GPU holders: owned (token or registered group), protected, foreign."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+from eagle3 import procfs
+from eagle3.holders import Ownership, find_holders
+from eagle3.services import LaunchSpec, Supervisor, state_dir_for
+from tests.fakegpu import FakeGpuBackend
+from tests.procutil import HOLD, PY, Spawner, wait_until
+
+pytestmark = pytest.mark.timeout(60)
+
+# A service whose worker drops the environment (no owner token) but stays in the service's group.
+SCRUBBED = """
+import subprocess, sys, time
+w = subprocess.Popen([sys.executable, "-c", sys.argv[2], sys.argv[1]], env={})
+print("worker", w.pid, flush=True)
+while True: time.sleep(1)
+"""
+
+
+@pytest.fixture
+def spawner():
+    s = Spawner()
+    yield s
+    s.cleanup()
+
+
+def test_classification(tmp_path, spawner):
+    fake = FakeGpuBackend(tmp_path / "dev", count=1)
+    sup = Supervisor(state_dir_for(tmp_path / "run"))
+    try:
+        svc = sup.launch(LaunchSpec(name="svc", argv=[PY, "-c", SCRUBBED, str(fake.device(0)), HOLD],
+                                    log=tmp_path / "svc.log"))
+        worker = int(wait_until(lambda: [l for l in svc.log_tail().splitlines() if l.startswith("worker ")],
+                                what="worker")[0].split()[1])
+        spawner.track(worker)
+        owned = sup.launch(LaunchSpec(name="own", argv=[PY, "-c", HOLD, str(fake.device(0))], log=tmp_path / "o.log"))
+        foreign = spawner.start(HOLD, fake.device(0))
+        daemon = spawner.start(HOLD, fake.device(0), argv0="nvidia-persistenced")
+        wait_until(lambda: len(fake.snapshot()[0].processes) == 4, what="4 holders")
+        me = open(fake.device(0))  # the handoff process itself may hold device files (NVML does)
+        try:
+            ownership = Ownership.build(sup.registry.token, sup.registry.entries(), ["nvidia-persistenced"])
+            holders = find_holders(fake.snapshot(), fake.dev_dir, ownership)
+        finally:
+            me.close()
+        got = {pid: (h.cls, h.why) for pid, h in holders.items()}
+        assert got[owned.pid] == ("owned", "carries this run's owner token")
+        assert got[worker][0] == "owned" and "registered process group" in got[worker][1]
+        assert procfs.environ_value(worker, "EAGLE3_OWNER_TOKEN") is None
+        assert got[foreign.pid] == ("foreign", "not started by this pipeline")
+        assert got[daemon.pid][0] == "protected" and "nvidia-persistenced" in got[daemon.pid][1]
+        assert got[os.getpid()][0] == "protected"
+        assert holders[foreign.pid].via == {"fd", "nvml-compute"} and holders[foreign.pid].gpus == {0}
+    finally:
+        sup.stop_all()

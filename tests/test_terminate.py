@@ -1,0 +1,53 @@
+"""Ending single processes by pidfd: SIGTERM, grace, SIGKILL; never a reused PID."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+
+from eagle3 import procfs
+from eagle3.terminate import end_processes
+from tests.procutil import SLEEP, Spawner
+
+pytestmark = pytest.mark.timeout(60)
+
+DEAF = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('ready', flush=True)\n" \
+       "while True: time.sleep(1)\n"
+
+
+@pytest.fixture
+def spawner():
+    s = Spawner()
+    yield s
+    s.cleanup()
+
+
+def target(p):
+    return (p.pid, procfs.start_ticks(p.pid), "test", "owned")
+
+
+def test_polite_and_deaf_processes(spawner):
+    polite, deaf = spawner.start(SLEEP), spawner.start(DEAF)
+    t0 = time.monotonic()
+    results = {r.pid: r for r in end_processes([target(polite), target(deaf)], grace_s=0.5)}
+    assert 0.5 <= time.monotonic() - t0 < 5
+    assert results[polite.pid].signal == "SIGTERM" and results[deaf.pid].signal == "SIGKILL"
+    assert all(r.outcome == "exited" for r in results.values())
+    assert polite.wait(5) == -signal.SIGTERM and deaf.wait(5) == -signal.SIGKILL
+
+
+def test_pid_with_another_start_time_is_not_signalled(spawner):
+    other = spawner.start(SLEEP)
+    pid, ticks, cmd, why = target(other)
+    [r] = end_processes([(pid, ticks - 1, cmd, why)], grace_s=0.2)
+    assert r.signal == "skipped" and r.outcome == "not ours any more"
+    assert other.poll() is None and procfs.alive(other.pid)
+
+
+def test_already_gone_is_reported_not_an_error(spawner):
+    p = spawner.start("pass", ready=False)
+    p.wait()
+    [r] = end_processes([(p.pid, 1, "x", "owned")], grace_s=0.2)
+    assert r.signal in ("none", "skipped")
