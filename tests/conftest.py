@@ -60,6 +60,10 @@ def write_tiny_config(directory: Path, overrides: dict | None = None, run_dir: P
     from eagle3.config import load_config
 
     raw = tiny_raw_config()
+    # Tests never purge the machine's real /dev/shm (other sessions' servers live there).
+    shm = Path(directory) / "shm"
+    shm.mkdir(parents=True, exist_ok=True)
+    raw.setdefault("handoff", {})["shm_dir"] = str(shm)
     _merge(raw, overrides or {})
     raw["run_dir"] = str(run_dir or directory / "run")
     for key in ("model",):
