@@ -357,7 +357,20 @@ def _semantic_checks(cfg: PipelineConfig, source: str) -> list[str]:
         if layers and bad:
             problems.append(f"{source}: extract.aux_layer_ids: {bad} out of range for a target with {layers} layers "
                             f"(valid: 0..{layers - 1}; the last layer is added by include_last_layer)")
+    if cfg.extract.aux_layer_ids is None and model.is_dir() and (model / "config.json").is_file():
+        layers = num_hidden_layers(model)
+        default = default_aux_layer_ids(layers)
+        if layers and (len(set(default)) != len(default) or not all(0 <= i < layers for i in default)):
+            # vLLM would silently de-duplicate them and die on a shape mismatch (vllm-cpu.md §4)
+            problems.append(f"{source}: extract.aux_layer_ids: unset, and the default (2, L//2, L-3) = {default} is not "
+                            f"three distinct layers of this {layers}-layer target; set it explicitly "
+                            f"(ids 0..{layers - 1}, e.g. {[max(0, layers - 3), max(0, layers - 2), layers - 1]})")
     return problems
+
+
+def default_aux_layer_ids(num_layers: int) -> list[int]:
+    """EAGLE-3's default aux layers (vLLM convention: the input of decoder layer k)."""
+    return [2, num_layers // 2, num_layers - 3]
 
 
 def num_hidden_layers(model_dir: Path) -> int:

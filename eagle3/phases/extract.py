@@ -1,0 +1,417 @@
+"""Phase 2: hidden-state extraction with the speculators CLI against vLLM.
+
+Steps (all processes supervised; the server is always stopped before returning):
+  1. before anything starts: resolve the layer ids (ConfigError if out of range), check that the
+     settings match what the phase dir was built with, estimate the output size and refuse when it
+     exceeds extract.max_disk_bytes or the free space;
+  2. one vLLM server with --enable-scale-out (the render endpoint prepare-data needs) and the
+     extract_hidden_states method with the hidden-states KV connector (on a CPU rehearsal: the
+     pack's CPU variant, eagle3/engine_side/cpu_hidden_states_connector.py);
+  3. `speculators prepare-data` on phase 1's samples.jsonl -> prepared/ (built in prepared.partial/,
+     renamed when complete), then an index of its token ids (engine-side script);
+  4. exact disk check; existing hs files are checked, invalid/truncated ones deleted;
+  5. `speculators generate-offline-data --validate-outputs --fail-on-error` writes the missing
+     files; every file is checked again; manifest.json is written last (atomically).
+
+Files in run_dir/extract/:
+  settings.json        content-affecting settings; a resume with other settings is refused
+  prepared/            prepare-data output (arrow, token_freq.pt): training's --data-path
+  prepared_index.json  per sample: seq_len and a hash of its input_ids
+  hidden_states/       hs_{i}.safetensors: hidden_states [seq_len, n_layers, hidden], token_ids [seq_len]
+  staging/             where the connector writes before the client renames into hidden_states/
+  manifest.json        layer ids + convention, dtype, counts, paths (read_extract_manifest)
+  summary.json, logs/
+Resume: valid hs files are kept untouched; only missing and invalid ones are (re)generated.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+from ..config import PipelineConfig
+from ..engines import hidden_states as hs_server
+from ..engines import speculators as spec_cli
+from ..engines.serving import base_url, start_server
+from ..errors import ConfigError, GateError, PipelineError, TransientError
+from ..fsio import atomic_write_json, file_lock, read_json
+from ..services import LaunchSpec, Process, Supervisor, StopOutcome, stop_entry
+from .extract_disk import bytes_per_token, check_disk, estimate_from_samples, exact_estimate
+from .extract_manifest import (CONVENTION, CONVENTION_NOTE, DTYPE_BYTES, FILE_PATTERN, ExtractManifest, LayerPlan,
+                               extraction_dtype, read_extract_manifest, resolve_layer_plan, write_manifest)
+from .hs_files import HS_NAME, Expect, PreparedIndex, Scan, scan_dir
+
+__all__ = ["run_extract", "read_extract_manifest", "ExtractManifest", "ExtractSummary", "ExtractPaths",
+           "datagen_samples_path", "stop_leftovers"]
+
+PHASE = "extract"
+SMALL_FILE = 16 * 2**20  # model files up to this size are hashed; larger ones (weights) by name and size
+log = logging.getLogger("eagle3.extract")
+ProgressFn = Callable[[int, int], None]
+
+
+class RunDirBusy(PipelineError):
+    """Another extraction holds this phase dir."""
+
+
+@dataclass(frozen=True)
+class ExtractPaths:
+    dir: Path
+
+    prepared = property(lambda self: self.dir / "prepared")
+    prepared_partial = property(lambda self: self.dir / "prepared.partial")
+    index = property(lambda self: self.dir / "prepared_index.json")
+    hidden_states = property(lambda self: self.dir / "hidden_states")
+    staging = property(lambda self: self.dir / "staging")
+    settings = property(lambda self: self.dir / "settings.json")
+    manifest = property(lambda self: self.dir / "manifest.json")
+    summary = property(lambda self: self.dir / "summary.json")
+    logs = property(lambda self: self.dir / "logs")
+    lock = property(lambda self: self.dir / ".extract.lock")
+
+    @classmethod
+    def of(cls, cfg: PipelineConfig) -> "ExtractPaths":
+        return cls(cfg.phase_dir(PHASE))
+
+
+def datagen_samples_path(cfg: PipelineConfig) -> Path:
+    """Phase 1's output, the one input of this phase (the datagen phase's DatagenPaths.samples)."""
+    from .datagen import DatagenPaths
+
+    return DatagenPaths.of(cfg).samples
+
+
+@dataclass
+class ExtractSummary:
+    samples: int            # hs files = prepared rows
+    kept_files: int         # valid files found at start, left untouched
+    new_files: int          # written by this run (includes redone ones)
+    redone_files: int       # invalid/truncated files found at start, deleted and regenerated
+    total_tokens: int
+    total_bytes: int
+    estimated_bytes: int    # the pre-start estimate from phase 1
+    layer_ids: list[int]
+    dtype: str
+    server_started: bool
+    prepared_reused: bool
+    elapsed_s: float
+    manifest: str
+    hidden_states_dir: str
+
+
+# ---- settings a resume must match ----------------------------------------------------------------
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _model_identity(model: Path) -> str:
+    """Config, tokenizer and chat template by content; weights by name and size (hashing hundreds of
+    GB would cost more than the check is worth)."""
+    h = hashlib.sha256()
+    for path in sorted(p for p in Path(model).rglob("*") if p.is_file()):
+        size = path.stat().st_size
+        h.update(f"{path.relative_to(model)}:{size}:".encode())
+        if size <= SMALL_FILE:
+            h.update(_sha256(path).encode())
+    return h.hexdigest()[:16]
+
+
+def content_settings(cfg: PipelineConfig, plan: LayerPlan, dtype: str, samples: Path) -> dict:
+    return {"target_model": str(cfg.target.model), "model_identity": _model_identity(cfg.target.model),
+            "dtype": dtype, "seq_length": cfg.extract.seq_length, "layer_ids": list(plan.layer_ids),
+            "layer_id_convention": CONVENTION, "source_samples": str(samples), "source_sha256": _sha256(samples),
+            "prepare_seed": 0, "token_freq": True}
+
+
+def _fingerprint(settings: dict) -> str:
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _check_settings(paths: ExtractPaths, settings: dict, force: bool) -> None:
+    old = read_json(paths.settings)
+    if old is not None and old != settings:
+        if force:
+            log.warning("extract: settings changed; --force discards the outputs in %s", paths.dir)
+            wipe(paths)
+        else:
+            keys = sorted(k for k in set(old) | set(settings) if old.get(k) != settings.get(k))
+            raise ConfigError(f"{paths.dir}: the hidden states there were made with other settings (changed: "
+                              f"{', '.join(keys)}); restore them, or redo the phase (`eagle3 extract CONFIG --force`, "
+                              "`eagle3 run --from extract --force extract`)")
+
+
+def wipe(paths: ExtractPaths) -> None:
+    for d in (paths.prepared, paths.prepared_partial, paths.hidden_states, paths.staging):
+        shutil.rmtree(d, ignore_errors=True)
+    for f in (paths.index, paths.manifest, paths.summary, paths.settings):
+        f.unlink(missing_ok=True)
+
+
+# ---- supervised steps ------------------------------------------------------------------------------
+
+def stop_leftovers(cfg: PipelineConfig, sup: Supervisor) -> list[StopOutcome]:
+    """End what an earlier, killed run of this phase left running (its server still holds the port,
+    its client may still write files). Only registry entries of this phase, each proven ours."""
+    outcomes = []
+    for entry in sup.registry.entries():
+        if entry.phase != PHASE:
+            continue
+        outcome = stop_entry(entry, sup.registry.token, cfg.extract.server.stop_grace_s)
+        if outcome.clean:
+            sup.registry.remove(entry.id)
+        if outcome.members:
+            log.warning("extract: stopped leftover %s (group %s) with %s", entry.name, entry.pgid, outcome.signal)
+        outcomes.append(outcome)
+    return outcomes
+
+
+def _spec_env(cfg: PipelineConfig) -> dict[str, str]:
+    # The speculators clients only talk HTTP and read files: hide the GPUs so that no stray CUDA
+    # context of theirs can hold GPU memory the next phase's handoff would have to explain.
+    return {**cfg.engines.speculators.env, "CUDA_VISIBLE_DEVICES": ""}
+
+
+def _command(cfg: PipelineConfig, paths: ExtractPaths, name: str, argv: list[str]) -> LaunchSpec:
+    return LaunchSpec(name=f"extract-{name}", argv=argv, log=paths.logs / f"{name}.log", phase=PHASE,
+                      env=_spec_env(cfg), stop_grace_s=cfg.extract.server.stop_grace_s,
+                      hang_timeout_s=cfg.extract.server.hang_timeout_s)
+
+
+def _server_extra_args(cfg: PipelineConfig, plan: LayerPlan, dtype: str, paths: ExtractPaths) -> list[str]:
+    extra = hs_server.server_args(list(plan.layer_ids), paths.staging, cpu=cfg.cpu_rehearsal)
+    # Each request is a prepared sample (<= seq_length tokens) plus one generated token.
+    if cfg.extract.seq_length + 1 > cfg.target.max_model_len:
+        extra += ["--max-model-len", str(cfg.extract.seq_length + 1)]
+    if cfg.extract.hidden_states_dtype not in ("auto", cfg.target.dtype):
+        extra += ["--dtype", dtype]  # the saved dtype is the dtype the server computes in
+    return extra
+
+
+def _run_against(sup: Supervisor, server: Process, spec: LaunchSpec) -> None:
+    """Run a client command of the server; if it fails because the server died, report that
+    (retryable) instead of the client's own error."""
+    try:
+        sup.run(spec)
+    except PipelineError:
+        server.check_alive()
+        raise
+
+
+def _prepare(cfg: PipelineConfig, sup: Supervisor, server: Process, paths: ExtractPaths, samples: Path) -> None:
+    shutil.rmtree(paths.prepared_partial, ignore_errors=True)  # prepare-data would skip a dir with .arrow files
+    workers = max(1, min(cfg.extract.concurrency, (os.cpu_count() or 2) // 2))
+    argv = spec_cli.prepare_data_argv(cfg.engines.speculators, cfg.target.model, samples, paths.prepared_partial,
+                                      cfg.extract.seq_length, base_url(cfg.extract.server), workers=workers,
+                                      trust_remote_code=cfg.target.trust_remote_code)
+    _run_against(sup, server, _command(cfg, paths, "prepare-data", argv))
+    if not any(paths.prepared_partial.glob("*.arrow")):
+        raise GateError(f"speculators prepare-data wrote no dataset to {paths.prepared_partial} "
+                        f"(see {paths.logs / 'prepare-data.log'})")
+    os.replace(paths.prepared_partial, paths.prepared)
+
+
+def _index(cfg: PipelineConfig, sup: Supervisor, paths: ExtractPaths) -> PreparedIndex:
+    if not paths.index.exists():
+        script = hs_server.ENGINE_SIDE_DIR / "index_prepared.py"
+        argv = [*cfg.engines.speculators.python_argv(), str(script), "--data", str(paths.prepared),
+                "--out", str(paths.index)]
+        sup.run(_command(cfg, paths, "index-prepared", argv))
+    try:
+        return PreparedIndex.from_dict(json.loads(paths.index.read_text()))
+    except (OSError, ValueError, KeyError) as e:
+        paths.index.unlink(missing_ok=True)
+        raise TransientError(f"{paths.index}: unreadable index of the prepared data ({e}); a rerun rebuilds it") from None
+
+
+class _ProgressWatcher:
+    """Counts finished hs files while the client runs (a listdir per second) and reports them."""
+
+    def __init__(self, directory: Path, total: int, fn: ProgressFn | None):
+        self.directory, self.total, self.fn = directory, total, fn
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="extract-progress", daemon=True)
+
+    def count(self) -> int:
+        try:
+            names = os.listdir(self.directory)
+        except OSError:
+            return 0
+        return sum(1 for n in names if (m := HS_NAME.match(n)) and int(m.group(1)) < self.total)
+
+    def _loop(self) -> None:
+        last = -1
+        while not self._stop.wait(1.0):
+            done = self.count()
+            if done != last:
+                self.fn(done, self.total)
+                last = done
+
+    def __enter__(self):
+        if self.fn is not None:
+            self.fn(self.count(), self.total)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        if self.fn is not None:
+            self.fn(self.count(), self.total)
+
+
+def _generate(cfg: PipelineConfig, sup: Supervisor, server: Process, paths: ExtractPaths, total: int,
+              on_progress: ProgressFn | None) -> None:
+    argv = spec_cli.generate_offline_data_argv(cfg.engines.speculators, base_url(cfg.extract.server) + "/v1",
+                                               paths.prepared, paths.hidden_states, cfg.extract.concurrency,
+                                               served_name=cfg.target.served_name)
+    with _ProgressWatcher(paths.hidden_states, total, on_progress):
+        _run_against(sup, server, _command(cfg, paths, "generate-offline-data", argv))
+
+
+# ---- the phase -------------------------------------------------------------------------------------
+
+def _clean_scan(paths: ExtractPaths, scan: Scan) -> None:
+    for idx, reason in sorted(scan.invalid.items()):
+        log.warning("extract: hs_%d.safetensors is invalid and will be regenerated: %s", idx, reason)
+        (paths.hidden_states / f"hs_{idx}.safetensors").unlink(missing_ok=True)
+    for path in scan.strays:
+        log.warning("extract: removing %s (not a file of this dataset)", path.name)
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+
+
+def run_extract(cfg: PipelineConfig, sup: Supervisor | None = None, on_progress: ProgressFn | None = None,
+                force: bool = False) -> ExtractSummary:
+    """Extract (or finish extracting) hidden states for phase 1's samples; returns the summary, also
+    written to summary.json. Raises ConfigError before anything starts (layer ids, changed settings,
+    max_disk_bytes), DiskSpaceError (free space), RunDirBusy, or a retryable error (server died)."""
+    t0 = time.monotonic()
+    paths = ExtractPaths.of(cfg)
+    plan = resolve_layer_plan(cfg)  # before the phase dir is even created
+    samples = datagen_samples_path(cfg)
+    if not samples.is_file() or samples.stat().st_size == 0:
+        raise ConfigError(f"phase 'extract' needs phase 1's output {samples}; run the datagen phase first "
+                          "(`eagle3 run --only datagen`)")
+    paths.dir.mkdir(parents=True, exist_ok=True)
+    try:
+        with file_lock(paths.lock, blocking=False):
+            if sup is None:
+                from ..pipeline import supervisor
+
+                sup = supervisor(cfg)
+            return _run_locked(cfg, sup, paths, plan, samples, on_progress, force, t0)
+    except BlockingIOError:
+        raise RunDirBusy(f"{paths.dir}: another extraction is running on this run dir; wait for it or stop it") from None
+
+
+def _run_locked(cfg: PipelineConfig, sup: Supervisor, paths: ExtractPaths, plan: LayerPlan, samples: Path,
+                on_progress: ProgressFn | None, force: bool, t0: float) -> ExtractSummary:
+    dtype = extraction_dtype(cfg)
+    per_token = bytes_per_token(len(plan.layer_ids), plan.hidden_size, DTYPE_BYTES[dtype])
+    settings = content_settings(cfg, plan, dtype, samples)
+    if force:
+        wipe(paths)
+    _check_settings(paths, settings, force)
+
+    # Preflight: nothing has started yet.
+    estimate = estimate_from_samples(samples, cfg.extract.seq_length, per_token)
+    present = sum(p.stat().st_size for p in paths.hidden_states.glob("hs_*.safetensors")) \
+        if paths.hidden_states.is_dir() else 0
+    check_disk(estimate, present, paths.hidden_states, cfg.extract.max_disk_bytes)
+    atomic_write_json(paths.settings, settings)  # from here on, outputs belong to these settings
+    # The manifest vouches for a complete set; it is rewritten only after the final check.
+    paths.manifest.unlink(missing_ok=True)
+    paths.summary.unlink(missing_ok=True)
+    log.info("extract: layers %s (%s convention), %s", list(plan.layer_ids), CONVENTION, estimate.describe())
+
+    stop_leftovers(cfg, sup)
+    shutil.rmtree(paths.staging, ignore_errors=True)  # half-written connector files of a killed run
+    paths.staging.mkdir(parents=True)
+    paths.hidden_states.mkdir(parents=True, exist_ok=True)
+    # The dtype is enforced only where the config names it; "auto" accepts what vLLM chose.
+    explicit = cfg.extract.hidden_states_dtype != "auto" or cfg.target.dtype != "auto"
+    expect = Expect(len(plan.layer_ids), plan.hidden_size, dtype if explicit else None)
+
+    server: Process | None = None
+    prepared_reused = paths.prepared.is_dir()
+
+    def ensure_server() -> Process:
+        nonlocal server
+        if server is None:
+            server = start_server(sup, cfg, PHASE, "vllm", cfg.extract.server,
+                                  extra_args=_server_extra_args(cfg, plan, dtype, paths),
+                                  env=hs_server.server_env(cfg.cpu_rehearsal, cfg.engines.vllm.env))
+        return server
+
+    try:
+        if not prepared_reused:
+            paths.index.unlink(missing_ok=True)
+            _prepare(cfg, sup, ensure_server(), paths, samples)
+        index = _index(cfg, sup, paths)
+        exact = exact_estimate(index.num_samples, index.total_tokens, per_token)
+        before = scan_dir(paths.hidden_states, index, expect)
+        _clean_scan(paths, before)
+        check_disk(exact, sum(b for b, _ in before.valid.values()), paths.hidden_states, cfg.extract.max_disk_bytes)
+        missing = index.num_samples - len(before.valid)
+        if missing:
+            log.info("extract: %d of %d hidden-state files to write (%d valid kept, %d invalid redone)",
+                     missing, index.num_samples, len(before.valid), len(before.invalid))
+            _generate(cfg, sup, ensure_server(), paths, index.num_samples, on_progress)
+        elif on_progress is not None:
+            on_progress(index.num_samples, index.num_samples)
+    finally:
+        if server is not None:
+            server.stop()
+        shutil.rmtree(paths.staging, ignore_errors=True)
+
+    after = scan_dir(paths.hidden_states, index, expect)
+    absent = [i for i in range(index.num_samples) if i not in after.valid and i not in after.invalid]
+    if after.invalid:
+        first = min(after.invalid)
+        raise GateError(f"{len(after.invalid)} hidden-state files are invalid after generation "
+                        f"(first: {after.invalid[first]}); see {paths.logs}")
+    if absent:
+        raise TransientError(f"{len(absent)} hidden-state files missing after generation (first: hs_{absent[0]}); "
+                             "a rerun generates only those")
+    dtypes = {d for _, d in after.valid.values()}
+    if len(dtypes) != 1:
+        raise GateError(f"hidden-state files disagree on dtype: {sorted(dtypes)}")
+    total_bytes = sum(b for b, _ in after.valid.values())
+    token_freq = paths.prepared / "token_freq.pt"
+    manifest = ExtractManifest(
+        layer_ids=list(plan.layer_ids), aux_layer_ids=list(plan.aux_layer_ids), last_layer_id=plan.last_layer_id,
+        include_last_layer=plan.last_layer_id is not None, layer_id_convention=CONVENTION,
+        convention_note=CONVENTION_NOTE, layer_ids_source=plan.source, num_hidden_layers=plan.num_hidden_layers,
+        hidden_size=plan.hidden_size, dtype=dtypes.pop(), num_samples=index.num_samples,
+        total_tokens=index.total_tokens, total_bytes=total_bytes, seq_length=cfg.extract.seq_length,
+        prepared_data=str(paths.prepared), token_freq=str(token_freq) if token_freq.exists() else None,
+        hidden_states_dir=str(paths.hidden_states), file_pattern=FILE_PATTERN, target_model=str(cfg.target.model),
+        served_name=cfg.target.served_name, source_samples=str(samples), source_sha256=settings["source_sha256"],
+        settings_fingerprint=_fingerprint(settings), created_at=time.time())
+    manifest_file = write_manifest(cfg, manifest)
+    kept = len(before.valid)
+    summary = ExtractSummary(
+        samples=index.num_samples, kept_files=kept, new_files=index.num_samples - kept,
+        redone_files=len(before.invalid), total_tokens=index.total_tokens, total_bytes=total_bytes,
+        estimated_bytes=estimate.bytes, layer_ids=list(plan.layer_ids), dtype=manifest.dtype,
+        server_started=server is not None, prepared_reused=prepared_reused,
+        elapsed_s=round(time.monotonic() - t0, 3), manifest=str(manifest_file),
+        hidden_states_dir=str(paths.hidden_states))
+    atomic_write_json(paths.summary, asdict(summary))
+    return summary
