@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from . import procfs
-from .config import PipelineConfig, num_hidden_layers
+from .config import PipelineConfig, default_aux_layer_ids, num_hidden_layers
 from .errors import CommandFailed, PipelineError, ServiceError
 from .fsio import atomic_write_json, read_json
 from .services import LaunchSpec, Supervisor
@@ -41,10 +41,6 @@ class DoctorFailed(PipelineError):
         bad = [c for c in checks if c.status == FAIL]
         super().__init__("preflight failed:\n" + "\n".join(f"  FAIL {c.name}: {c.reason} -> {c.fix}" for c in bad))
         self.checks = checks
-
-
-def default_aux_layers(layers: int) -> list[int]:
-    return [2, layers // 2, layers - 3]
 
 
 # ---- engine-side probes ---------------------------------------------------------------------
@@ -128,7 +124,7 @@ def check_target_support(cfg, sup, engine: str) -> list[Check]:
 
 def check_aux_layers(cfg: PipelineConfig) -> Check:
     layers = num_hidden_layers(cfg.target.model)
-    ids = list(cfg.extract.aux_layer_ids or default_aux_layers(layers))
+    ids = list(cfg.extract.aux_layer_ids or default_aux_layer_ids(layers))
     if layers <= 0:
         return Check("aux-layers", FAIL, "target config.json has no num_hidden_layers", "fix the target's config")
     if len(set(ids)) != len(ids) or any(i < 0 or i >= layers for i in ids):

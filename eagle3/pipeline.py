@@ -71,6 +71,10 @@ def _marker_path(cfg: PipelineConfig, phase: str) -> Path:
     return state_dir(cfg) / f"{phase}.done.json"
 
 
+def _started_path(cfg: PipelineConfig, phase: str) -> Path:
+    return state_dir(cfg) / f"{phase}.started.json"
+
+
 def code_version(phase: str) -> str:
     """Package version plus a hash of the phase module's source: editing a phase redoes it."""
     module = PHASE_FUNCTIONS[phase].split(":")[0]
@@ -111,6 +115,7 @@ def require_upstream(cfg: PipelineConfig, phase: str) -> str | None:
 
 def clear_phase(cfg: PipelineConfig, phase: str) -> None:
     _marker_path(cfg, phase).unlink(missing_ok=True)
+    _started_path(cfg, phase).unlink(missing_ok=True)
     shutil.rmtree(cfg.phase_dir(phase), ignore_errors=True)
 
 
@@ -122,11 +127,16 @@ def run_phase(cfg: PipelineConfig, phase: str, sup: Supervisor | None = None, fo
     redid the phase under the same token keeps that fresh output instead of wiping it again."""
     upstream = require_upstream(cfg, phase)
     marker = done_marker(cfg, phase) or {}
+    started = read_json(_started_path(cfg, phase)) or {}
     if force and (force_token is None or marker.get("force_token") != force_token):
         clear_phase(cfg, phase)
     elif is_done(cfg, phase):
         return marker
+    elif started and started.get("upstream") != upstream:
+        # Output (finished or partial) derived from an upstream that has since been redone: stale.
+        clear_phase(cfg, phase)
     _marker_path(cfg, phase).unlink(missing_ok=True)
+    atomic_write_json(_started_path(cfg, phase), {"upstream": upstream, "at": time.time()})
     sup = sup or supervisor(cfg)
     module, func = PHASE_FUNCTIONS[phase].split(":")
     fn = getattr(importlib.import_module(module), func)
