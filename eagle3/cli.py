@@ -56,6 +56,7 @@ def run(config: Path = ConfigArg,
         only: Optional[str] = typer.Option(None, "--only", help=f"Run just this phase ({', '.join(PHASES)})."),
         from_: Optional[str] = typer.Option(None, "--from", help="Start at this phase; earlier ones must be done."),
         force: list[str] = typer.Option([], "--force", help="Redo this phase even if done (repeatable)."),
+        doctor: bool = typer.Option(True, "--doctor/--no-doctor", help="Run the preflight doctor first."),
         ) -> None:
     """Run the pipeline flow (phases with a GPU handoff between each two)."""
     _check_phases([p for p in (only, from_) if p] + list(force), "--only/--from/--force")
@@ -71,7 +72,7 @@ def run(config: Path = ConfigArg,
     signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         state = eagle3_pipeline(config_path=str(config.resolve()), only=only, from_=from_, force=list(force),
-                                return_state=True)
+                                doctor=doctor, return_state=True)
     except KeyboardInterrupt:
         err.print("interrupted: stopping the services this pipeline started")
         raise typer.Exit(130)
@@ -188,7 +189,9 @@ def extract(config: Path = ConfigArg,
     from .phases.extract import run_extract
     from .pipeline import supervisor
 
-    logging.basicConfig(level=logging.INFO, format="%(message)s")  # the phase reports kept/redone files
+    phase_log = logging.getLogger("eagle3.extract")  # reports kept/redone files and leftovers it stopped
+    phase_log.setLevel(logging.INFO)
+    phase_log.addHandler(logging.StreamHandler())
     sup = supervisor(cfg)
     signal.signal(signal.SIGTERM, _raise_interrupt)  # unwind so the phase stops the server it started
     bar = Progress(TextColumn("extract"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err)
@@ -251,9 +254,9 @@ def handoff(config: Optional[Path] = typer.Argument(
             cfg = _load_unchecked(config, check_files=False)
         except ConfigError as e:
             fail(str(e))
-    run_dir = run_dir or cfg.run_dir
-    if not run_dir.is_dir():
+    if run_dir is not None and not run_dir.is_dir():  # a typo must not pass as "nothing to stop"
         fail(f"--run-dir: {run_dir} is not a directory")
+    run_dir = run_dir or cfg.run_dir
     before = next_phase(after)
     ids = _parse_gpus(gpus) if gpus is not None else (list(cfg.gpus) if cfg else None)
     ports = sorted(set(ports_for(cfg, after, before) if cfg else []) | set(port))

@@ -1,0 +1,223 @@
+"""Phase 3: train the EAGLE-3 drafter on phase 2's hidden states, gate it for the serving engine,
+and export it to that engine's layout where it differs.
+
+Files in the phase dir (cfg.phase_dir("train")):
+  checkpoints/       speculators' save path: epoch dirs 0..E-1, interrupted/, .set-aside/ (GPU runs)
+  dry-run/           the initialised, UNTRAINED checkpoint of `speculators train --dry-run` (no GPU)
+  export-<engine>/   the checkpoint rewritten for the engine (only where its layout differs)
+  gate.json          the gate report of the checkpoint to serve (written pass or fail)
+  manifest.json      written last, only when the gate passed (schema below)
+  logs/train.log     the trainer's output
+
+manifest.json: schema, trained (false for a dry run), status ("TRAINED" or "UNTRAINED: ..."),
+checkpoint (the dir to serve), source_checkpoint (the trainer's dir), engine (gated for),
+aux_layer_ids (as stored in `checkpoint`, in `aux_layer_ids_convention`, the engine's),
+aux_layer_ids_vllm (same layers, vllm convention = the extraction manifest's), draft_vocab_size,
+num_speculative_tokens, epochs, epochs_completed, global_step, resume (what was resumed or
+adopted), target_model, extract_manifest, gate, created_at.
+
+speculators' trainer needs an accelerator. With train.dry_run "auto" and no GPUs (a CPU
+rehearsal) the phase runs `--dry-run`: a real, loadable checkpoint that was never trained, and
+every artifact says so (trained: false, status UNTRAINED).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from ..checkpoints import GateReport, check_drafter, needs_export
+from ..config import PipelineConfig
+from ..drafter_export import export_drafter
+from ..engines.drafter_formats import ENGINE_CONVENTION, LAYER_INPUT
+from ..engines.speculators import train_argv
+from ..errors import CommandFailed, ConfigError, GateError, PipelineError, TransientError
+from ..fsio import atomic_write_json, fsync_dir, read_json
+from ..services import LaunchSpec, Supervisor
+from ..train_resume import INTERRUPTED, checkpoint_freq_allows_resume, finished_checkpoint, prepare_resume
+from .extract_manifest import ExtractManifest, manifest_path, read_extract_manifest
+
+PHASE = "train"
+MANIFEST_SCHEMA = 1
+UNTRAINED = ("UNTRAINED: speculators train --dry-run (no accelerator); initialised weights, not a result - "
+             "acceptance measured with it says nothing about a trained drafter")
+# SGLang's EAGLE-3 drafter has none of these options (eagle3-tools.md §5); train without them.
+SGLANG_TRAIN_FLAGS = ["--no-norm-before-fc", "--no-norm-before-residual", "--no-norm-output"]
+
+ProgressFn = Callable[[int, int], None]
+
+
+class TrainingStopped(TransientError):
+    """The trainer was stopped before the last epoch; its interrupt checkpoint makes a rerun resume."""
+
+
+@dataclass(frozen=True)
+class TrainPaths:
+    dir: Path
+
+    @classmethod
+    def of(cls, cfg: PipelineConfig) -> "TrainPaths":
+        return cls(cfg.phase_dir(PHASE))
+
+    checkpoints = property(lambda self: self.dir / "checkpoints")
+    dry_run = property(lambda self: self.dir / "dry-run")
+    manifest = property(lambda self: self.dir / "manifest.json")
+    gate = property(lambda self: self.dir / "gate.json")
+    log = property(lambda self: self.dir / "logs" / "train.log")
+
+    def export(self, engine: str) -> Path:
+        return self.dir / f"export-{engine}"
+
+
+def read_train_manifest(cfg: PipelineConfig) -> dict:
+    """The phase's output for the benchmark: which dir to serve, trained or not, aux ids."""
+    path = TrainPaths.of(cfg).manifest
+    data = read_json(path)
+    if data is None:
+        raise ConfigError(f"{path}: no training manifest; run the train phase first (`eagle3 train CONFIG`)")
+    if data.get("schema") != MANIFEST_SCHEMA:
+        raise ConfigError(f"{path}: manifest schema {data.get('schema')!r}, this pack reads {MANIFEST_SCHEMA}; "
+                          "rerun the train phase")
+    return data
+
+
+def use_dry_run(cfg: PipelineConfig) -> bool:
+    mode = cfg.train.dry_run
+    if mode == "never" and cfg.cpu_rehearsal:
+        raise ConfigError("train.dry_run: 'never' needs GPUs (speculators' trainer needs an accelerator) but 'gpus' "
+                          "is empty; list the GPUs in 'gpus', or set train.dry_run to auto for a CPU rehearsal")
+    return mode == "always" or (mode == "auto" and cfg.cpu_rehearsal)
+
+
+def serving_engine(cfg: PipelineConfig) -> str:
+    return cfg.bench.engine
+
+
+def build_argv(cfg: PipelineConfig, ext: ExtractManifest, save_path: Path, dry_run: bool) -> list[str]:
+    env = cfg.engines.speculators
+    if env is None:
+        raise ConfigError("engines.speculators: training runs the speculators CLI; set engines.speculators")
+    extra = (SGLANG_TRAIN_FLAGS if serving_engine(cfg) == "sglang" else []) + list(cfg.train.extra_args)
+    return train_argv(
+        env, target=cfg.target.model, data_path=Path(ext.prepared_data), hidden_states_path=Path(ext.hidden_states_dir),
+        save_path=save_path, target_layer_ids=ext.target_layer_ids, epochs=cfg.train.epochs, lr=cfg.train.lr,
+        total_seq_len=cfg.train.total_seq_len, draft_vocab_size=cfg.train.draft_vocab_size,
+        ttt_steps=cfg.train.num_speculative_tokens,
+        hidden_states_dtype="float32" if ext.dtype == "float32" else "bfloat16",
+        dry_run=dry_run, nproc=max(1, len(cfg.gpus)), trust_remote_code=cfg.target.trust_remote_code,
+        extra_args=extra)
+
+
+def _launch(cfg: PipelineConfig, sup: Supervisor, argv: list[str], paths: TrainPaths) -> None:
+    env = cfg.engines.speculators
+    spec = LaunchSpec(name="train-speculators", argv=argv, log=paths.log, phase=PHASE,
+                      env={**env.env, "COLUMNS": "240"},  # rich wraps the trainer's log at the terminal width
+                      cwd=paths.dir, gpus=list(cfg.gpus), stop_grace_s=cfg.train.stop_grace_s,
+                      hang_timeout_s=cfg.train.hang_timeout_s)
+    sup.run(spec)
+
+
+def _dry_run(cfg: PipelineConfig, sup: Supervisor, ext: ExtractManifest, paths: TrainPaths) -> Path:
+    """Write the untrained checkpoint into a scratch dir, then rename it into place."""
+    staging = paths.dir / f".dry-run-{uuid.uuid4().hex[:8]}"
+    try:
+        _launch(cfg, sup, build_argv(cfg, ext, staging, dry_run=True), paths)
+        if not (staging / "config.json").is_file() or not (staging / "model.safetensors").is_file():
+            raise PipelineError(f"speculators train --dry-run exited 0 without writing config.json and "
+                                f"model.safetensors into {staging}; see {paths.log}")
+        old = paths.dir / f".dry-run-old-{uuid.uuid4().hex[:8]}"
+        if paths.dry_run.exists():
+            os.rename(paths.dry_run, old)
+        os.rename(staging, paths.dry_run)
+        fsync_dir(paths.dir)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return paths.dry_run
+
+
+def _train(cfg: PipelineConfig, sup: Supervisor, ext: ExtractManifest, paths: TrainPaths) -> tuple[Path, dict]:
+    save = paths.checkpoints
+    save.mkdir(parents=True, exist_ok=True)
+    plan = prepare_resume(save, step_known=checkpoint_freq_allows_resume(list(cfg.train.extra_args)))
+    resume = plan.to_dict()
+    done = finished_checkpoint(save, cfg.train.epochs)
+    if done is None:
+        try:
+            _launch(cfg, sup, build_argv(cfg, ext, save, dry_run=False), paths)
+        except CommandFailed as e:
+            if (save / INTERRUPTED).is_dir():
+                raise TrainingStopped(f"training was stopped (exit code {e.returncode}); its interrupt checkpoint "
+                                      f"{save / INTERRUPTED} is kept and a rerun resumes from it", e.log_tail) from e
+            raise
+        done = finished_checkpoint(save, cfg.train.epochs)
+        if done is None:
+            if (save / INTERRUPTED).is_dir():
+                raise TrainingStopped(f"training was stopped before epoch {cfg.train.epochs} ended; the trainer saved "
+                                      f"{save / INTERRUPTED} and a rerun resumes from it")
+            raise PipelineError(f"speculators train exited 0 but {save / str(cfg.train.epochs - 1)} is not a complete "
+                                f"end-of-training checkpoint (extra_args such as --max-steps or --checkpoint-freq?); "
+                                f"see {paths.log}")
+    else:
+        resume["actions"].append(f"training already complete at {done.path}; trainer not started")
+    resume["epochs_completed"] = done.epoch + 1
+    resume["global_step"] = done.global_step
+    return done.path, resume
+
+
+def gate_for_engine(cfg: PipelineConfig, source: Path, engine: str, aux_vllm: list[int],
+                    paths: TrainPaths) -> tuple[Path, GateReport]:
+    """Export where the engine's layout differs, then gate what will be served."""
+    served = source
+    if needs_export(source, engine):
+        served = export_drafter(source, paths.export(engine), engine, source_convention=LAYER_INPUT)
+    report = check_drafter(served, engine, target=cfg.target.model, expected_aux_ids=aux_vllm)
+    atomic_write_json(paths.gate, report.to_dict())
+    return served, report
+
+
+def run_train(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | None = None) -> dict:
+    paths = TrainPaths.of(cfg)
+    ext = read_extract_manifest(cfg)
+    dry = use_dry_run(cfg)
+    engine = serving_engine(cfg)
+    paths.dir.mkdir(parents=True, exist_ok=True)
+    paths.manifest.unlink(missing_ok=True)  # a manifest always describes the checkpoint beside it
+    total = cfg.train.epochs
+    if on_progress:
+        on_progress(0, total)
+    t0 = time.time()
+    if dry:
+        source, resume = _dry_run(cfg, sup, ext, paths), {"resume_from": None, "actions": [],
+                                                           "epochs_completed": 0, "global_step": 0}
+    else:
+        source, resume = _train(cfg, sup, ext, paths)
+    served, report = gate_for_engine(cfg, source, engine, list(ext.target_layer_ids), paths)
+    if not report.ok:
+        raise GateError(f"the {'dry-run' if dry else 'trained'} drafter fails the {engine} checkpoint gate "
+                        f"(details in {paths.gate}):\n" + report.render())
+    manifest = {
+        "schema": MANIFEST_SCHEMA, "trained": not dry, "status": UNTRAINED if dry else "TRAINED",
+        "checkpoint": str(served), "source_checkpoint": str(source), "engine": engine,
+        "aux_layer_ids": report.aux_layer_ids, "aux_layer_ids_convention": ENGINE_CONVENTION[engine],
+        "aux_layer_ids_vllm": list(ext.target_layer_ids),
+        "draft_vocab_size": report.draft_vocab_size, "num_speculative_tokens": cfg.train.num_speculative_tokens,
+        "epochs": total, "epochs_completed": resume.get("epochs_completed", 0),
+        "global_step": resume.get("global_step", 0), "resume": resume,
+        "target_model": str(cfg.target.model), "extract_manifest": str(manifest_path(cfg)),
+        "gate": report.to_dict(), "train_log": str(paths.log), "seconds": round(time.time() - t0, 1),
+        "created_at": time.time(),
+    }
+    atomic_write_json(paths.manifest, manifest)
+    if on_progress:
+        on_progress(manifest["epochs_completed"] if not dry else 0, total)
+    return manifest
+
+
+__all__ = ["run_train", "read_train_manifest", "TrainPaths", "TrainingStopped", "use_dry_run", "build_argv",
+           "gate_for_engine", "UNTRAINED"]
