@@ -145,7 +145,7 @@ def _recorded_aux_ids(cfg: PipelineConfig) -> dict[str, list[int] | None]:
     for phase in ("extract", "train"):
         manifest = read_json(cfg.phase_dir(phase) / "manifest.json")
         if manifest:
-            ids = manifest.get("aux_layer_ids")
+            ids = manifest.get("aux_layer_ids_vllm", manifest.get("aux_layer_ids"))
             if ids is not None and manifest.get("include_last_layer") and phase == "extract":
                 ids = [i for i in ids if i < num_hidden_layers(cfg.target.model)]
             found[f"{phase} manifest"] = ids
@@ -273,14 +273,16 @@ def check_drafter(cfg: PipelineConfig) -> Check | None:
     manifest = read_json(cfg.phase_dir("train") / "manifest.json")
     if not manifest:
         return None
-    try:
-        from .checkpoints import gate_for_config
-    except ImportError:
-        return Check("drafter-gate", WARN, "checkpoint gate not available in this build")
-    problems = gate_for_config(cfg, Path(manifest["checkpoint"]), engine=cfg.bench.engine)
-    if problems:
-        return Check("drafter-gate", FAIL, "; ".join(problems), f"re-export for {cfg.bench.engine} or retrain")
-    return Check("drafter-gate", PASS, f"{manifest['checkpoint']} loads in {cfg.bench.engine} with every weight")
+    from .checkpoints import check_drafter as gate
+
+    ids = manifest.get("aux_layer_ids_vllm")
+    report = gate(manifest["checkpoint"], cfg.bench.engine, target=cfg.target.model, expected_aux_ids=ids)
+    if not report.ok:
+        return Check("drafter-gate", FAIL, "; ".join(f"{p.where}: {p.message}" for p in report.problems),
+                     f"`eagle3 export-drafter` for {cfg.bench.engine}, or retrain (F7: unmatched weights are "
+                     "dropped silently by SGLang)")
+    return Check("drafter-gate", PASS, f"{manifest['checkpoint']} has every weight {cfg.bench.engine} loads, "
+                                       f"aux ids {ids}")
 
 
 def _gb(n: float) -> str:

@@ -132,3 +132,29 @@ def test_doctor_exit_1_on_fail(make_config, tmp_path, tiny_model):
 def test_run_doctor_without_engines_lists_every_static_check(cfg):
     names = [c.name for c in run_doctor(cfg, engines=False)]
     assert names[:5] == ["gpus", "ports", "shm", "disk", "aux-layers"]
+
+
+def _train_manifest(cfg, checkpoint: Path, ids: list[int]) -> None:
+    path = cfg.phase_dir("train") / "manifest.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"checkpoint": str(checkpoint), "trained": True, "aux_layer_ids_vllm": ids}))
+
+
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "eagle3-tiny"
+
+
+@pytest.mark.skipif(not (FIXTURE / "drafter-trained").is_dir(), reason="trained drafter fixture missing")
+def test_drafter_bound_for_sglang_fails_and_vllm_passes(make_config, tmp_path):
+    """F7: a speculators-format drafter (layers.0.*) for an SGLang that wants midlayer.* is caught."""
+    from eagle3.doctor import check_drafter
+
+    overrides = {"target": {"model": str(FIXTURE / "target")}}
+    cfg = make_config(overrides)
+    ids = json.loads((FIXTURE / "drafter-trained" / "config.json").read_text()).get("eagle_aux_hidden_state_layer_ids")
+    _train_manifest(cfg, FIXTURE / "drafter-trained", ids)
+    assert check_drafter(cfg).status == PASS, check_drafter(cfg).reason
+    sg = make_config({**overrides, "engines": {"sglang": {"python": "/usr/bin/python3"}}, "bench": {"engine": "sglang"}},
+                     run_dir=cfg.run_dir)
+    c = check_drafter(sg)
+    assert c.status == FAIL, c
+    assert "midlayer" in c.reason and "export-drafter" in c.fix, c
