@@ -315,7 +315,7 @@ def test_handoff_for_config_uses_the_config_sections(make_config, tmp_path, spaw
                        "bench": {"server": {"port": p3}},
                        "handoff": {"shm_dir": str(tmp_path / "shm"), "dev_dir": str(tmp_path / "dev"),
                                    "grace_s": 0.5, "deadline_s": 2}}, check_files=False)
-    (tmp_path / "shm").mkdir()
+    (tmp_path / "shm").mkdir(exist_ok=True)
     assert ports_for(cfg, "datagen", "extract") == sorted([p1, p2])
     assert ports_for(cfg, "start", "datagen") == [p1]
     report = handoff_for_config(cfg, after="datagen")
@@ -334,7 +334,7 @@ def test_cli_handoff_reports_and_exits_by_verdict(make_config, tmp_path, spawner
                        "bench": {"server": {"port": free_port()}},
                        "handoff": {"shm_dir": str(tmp_path / "shm"), "dev_dir": str(tmp_path / "dev"),
                                    "grace_s": 0.5, "deadline_s": 2}}, check_files=False)
-    (tmp_path / "shm").mkdir()
+    (tmp_path / "shm").mkdir(exist_ok=True)
     eagle3 = Path(PY).parent / "eagle3"
     ok = subprocess.run([eagle3, "handoff", tmp_path / "config.yaml", "--json"], capture_output=True, text=True,
                         timeout=60)
