@@ -412,6 +412,60 @@ def export_drafter_cmd(
     raise typer.Exit(0 if report.ok else 1)
 
 
+@app.command()
+def bench(config: Path = ConfigArg) -> None:
+    """Phase 4 alone: baseline vs target + drafter for each k, on held-out prompts; writes results.json,
+    report.md, bench.png and a copy in bench-history/. Exit 1 if a trained drafter fails the acceptance gate."""
+    cfg = _load(config)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from .errors import GateError
+    from .phases.bench import BenchPaths, run_bench
+    from .pipeline import supervisor
+
+    sup = supervisor(cfg)
+    signal.signal(signal.SIGTERM, _raise_interrupt)  # unwind so the phase stops the server it started
+    bar = Progress(TextColumn("bench windows"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err)
+    task = bar.add_task("bench", total=None)
+    try:
+        with bar:
+            run_bench(cfg, sup, on_progress=lambda done, total: bar.update(task, completed=done, total=total))
+    except KeyboardInterrupt:
+        err.print("interrupted: finished server runs are kept in bench/servers/; rerun to resume")
+        raise typer.Exit(130)
+    except ConfigError as e:
+        fail(str(e))
+    except GateError as e:
+        out.print(BenchPaths.of(cfg).report.read_text())
+        fail(str(e), code=1)
+    except PipelineError as e:
+        fail(f"{e}\n(retryable: {e.retryable}; a rerun reuses the finished server runs)", code=1)
+    finally:
+        sup.stop_all()
+    out.print(BenchPaths.of(cfg).report.read_text())
+
+
+@app.command("make-test-drafter")
+def make_test_drafter(
+        directory: Path = typer.Argument(..., help="Drafter directory to write (replaced if built differently)."),
+        target: Path = typer.Option(..., "--target", help="Target model dir the drafter is sized for."),
+        constant: bool = typer.Option(False, "--constant", help="Full draft vocab and zeroed norm: always drafts "
+                                                                "token 0 (100 % acceptance with a --constant target)."),
+        seed: int = typer.Option(0, "--seed", help="Weight seed."),
+        ) -> None:
+    """Write an untrained (random) or constant EAGLE-format EAGLE-3 drafter, to check the benchmark's measurement."""
+    from .engines.drafters import DrafterSpec, ensure_drafter
+    from .tinymodel import default_engine
+
+    try:
+        path = ensure_drafter(directory, target, default_engine(), DrafterSpec(constant=constant, seed=seed))
+    except ConfigError as e:
+        fail(str(e))
+    except PipelineError as e:
+        fail(str(e), code=1)
+    out.print(f"[green]drafter[/]: {path} ({'constant' if constant else 'random, untrained'})")
+
+
 def main() -> None:
     try:
         app()

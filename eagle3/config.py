@@ -351,14 +351,18 @@ def _semantic_checks(cfg: PipelineConfig, source: str) -> list[str]:
         if env is not None and env.python is not None and not os.access(env.python, os.X_OK):
             problems.append(f"{source}: engines.{name}.python: {str(env.python)!r} is not an executable interpreter; "
                             "build it with `make engine-env` or point it at the engine venv's bin/python")
-    if cfg.extract.aux_layer_ids and model.is_dir() and (model / "config.json").is_file():
-        layers = num_hidden_layers(model)
+    layers = None
+    if model.is_dir() and (model / "config.json").is_file():
+        try:
+            layers = num_hidden_layers(model)
+        except ConfigError as e:  # a corrupt config.json is a finding to list, not a traceback
+            problems.append(f"{source}: {e}")
+    if cfg.extract.aux_layer_ids and layers is not None:
         bad = [i for i in cfg.extract.aux_layer_ids if i >= layers]
         if layers and bad:
             problems.append(f"{source}: extract.aux_layer_ids: {bad} out of range for a target with {layers} layers "
                             f"(valid: 0..{layers - 1}; the last layer is added by include_last_layer)")
-    if cfg.extract.aux_layer_ids is None and model.is_dir() and (model / "config.json").is_file():
-        layers = num_hidden_layers(model)
+    if cfg.extract.aux_layer_ids is None and layers is not None:
         default = default_aux_layer_ids(layers)
         if layers and (len(set(default)) != len(default) or not all(0 <= i < layers for i in default)):
             # vLLM would silently de-duplicate them and die on a shape mismatch (vllm-cpu.md §4)
@@ -374,9 +378,24 @@ def default_aux_layer_ids(num_layers: int) -> list[int]:
 
 
 def num_hidden_layers(model_dir: Path) -> int:
-    cfg = json.loads((Path(model_dir) / "config.json").read_text())
-    text = cfg.get("text_config") or cfg
-    return int(text.get("num_hidden_layers", 0))
+    """The target's layer count from its config.json (0 if absent); ConfigError naming the file if
+    the file is not a readable JSON object or the count is not an integer."""
+    path = Path(model_dir) / "config.json"
+    try:
+        cfg = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"target.model: {path} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}); "
+                          "restore the model's config.json") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"target.model: cannot read {path} ({e})") from None
+    text = (cfg.get("text_config") or cfg) if isinstance(cfg, dict) else cfg
+    if not isinstance(text, dict):
+        raise ConfigError(f"target.model: {path} must hold a JSON object (a Hugging Face model config), "
+                          f"got {type(text).__name__}")
+    value = text.get("num_hidden_layers", 0)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"target.model: {path}: num_hidden_layers is {value!r}, not an integer")
+    return value
 
 
 def parse_config(raw: object, base_dir: Path, source: str = "config", check_files: bool = True) -> PipelineConfig:

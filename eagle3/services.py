@@ -10,6 +10,7 @@ until nothing of the group is left alive.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import signal
@@ -24,6 +25,7 @@ from . import procfs
 from .errors import CommandFailed, ServiceExited, ServiceHung, ServiceStartTimeout
 from .fsio import atomic_write_json, file_lock, read_json, tail
 
+log = logging.getLogger("eagle3.services")
 OWNER_ENV = "EAGLE3_OWNER_TOKEN"
 SERVICE_ENV = "EAGLE3_SERVICE_ID"
 POLL_S = 0.05
@@ -88,10 +90,18 @@ class Registry:
             items = [e for e in read_json(self.path, default=[]) if e["id"] != entry.id]
             atomic_write_json(self.path, items + [asdict(entry)])
 
-    def remove(self, entry_id: str) -> None:
-        with file_lock(self.lock_path):
-            items = read_json(self.path, default=[])
-            atomic_write_json(self.path, [e for e in items if e["id"] != entry_id])
+    def remove(self, entry_id: str) -> bool:
+        """Drop an entry whose processes are gone. False when the registry could not be rewritten
+        (e.g. the run dir's disk is full): the stale entry is harmless, as a later sweep finds its
+        group gone (or its PID reused) and drops it then; the caller's own error must not be masked."""
+        try:
+            with file_lock(self.lock_path):
+                items = read_json(self.path, default=[])
+                atomic_write_json(self.path, [e for e in items if e["id"] != entry_id])
+        except OSError as e:
+            log.warning("registry %s: could not drop %s (%s); a later sweep drops it", self.path, entry_id, e)
+            return False
+        return True
 
 
 # ---- stopping ----------------------------------------------------------------------------------
@@ -332,7 +342,12 @@ class Supervisor:
         entry = Entry(id=sid, name=spec.name, phase=spec.phase, pid=popen.pid, pgid=popen.pid, start_time=started,
                       argv=spec.shown_argv(), log=str(spec.log), gpus=list(spec.gpus), started_at=time.time(),
                       start_ticks=ticks)
-        self.registry.add(entry)
+        try:
+            self.registry.add(entry)
+        except BaseException:
+            # Unrecorded, it would outlive this run unseen (e.g. the run dir's disk is full): end it now.
+            stop_entry(entry, self.registry.token, spec.stop_grace_s, popen.poll)
+            raise
         proc = Process(self, spec, popen, entry)
         self._live[sid] = proc
         return proc

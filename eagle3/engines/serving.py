@@ -37,8 +37,29 @@ def start_server(sup: Supervisor, cfg: PipelineConfig, phase: str, engine: str, 
         secrets=[server.api_key.get_secret_value()] if server.api_key else [],
     )
     proc = sup.launch(spec)
-    proc.wait_ready(adapter.readiness(server, log), timeout_s=server.startup_timeout_s)
+    # The listener check comes last so it runs only once the engine's own probes pass.
+    proc.wait_ready([*adapter.readiness(server, log), OwnListener(server.port, proc.entry.pgid)],
+                    timeout_s=server.startup_timeout_s)
     return proc
+
+
+class OwnListener:
+    """Ready only when the process listening on the port belongs to our server's process group.
+
+    Engines bind their port late (vLLM after building the engine), so another server can take a
+    port that was free at launch; without this, its /health would pass for ours and the phase
+    would talk to a stranger while our server dies failing to bind."""
+
+    def __init__(self, port: int, pgid: int):
+        self.port, self.pgid = port, pgid
+
+    def ready(self) -> bool:
+        inodes = procfs.listening_sockets({self.port}).get(self.port, set())
+        holders = set().union(*procfs.socket_pids(inodes).values()) if inodes else set()
+        return any((info := procfs.read_stat(pid)) is not None and info.pgid == self.pgid for pid in holders)
+
+    def describe(self) -> str:
+        return f"port {self.port} held by process group {self.pgid}"
 
 
 def base_url(server: Server) -> str:

@@ -1,0 +1,181 @@
+"""The pack's one async client for OpenAI-compatible servers (vLLM, SGLang).
+
+Retry policy: connection errors, timeouts and HTTP 408/409/425/429/5xx are transient and retried
+with capped exponential backoff and jitter (a numeric Retry-After is honoured, within the cap).
+401/403/404 mean the key, model name or URL is wrong, so every request would fail the same way:
+they raise EndpointConfigError at once. Any other 4xx is a problem of this one request (prompt too
+long, bad parameter): RequestRejected, never retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import httpx
+
+from .errors import ConfigError, PipelineError, TransientError
+
+RETRY_STATUSES = frozenset({408, 409, 425, 429})
+CONFIG_STATUSES = frozenset({401, 403, 404})
+BODY_SHOWN = 500
+
+
+class RequestRejected(PipelineError):
+    """The server refused this request for a reason that retrying cannot change."""
+
+    def __init__(self, message: str, status: int, body: str = ""):
+        super().__init__(message)
+        self.status, self.body = status, body
+
+
+class EndpointConfigError(ConfigError):
+    """401/403/404: wrong API key, model name or URL; the message says which setting to check."""
+
+    def __init__(self, message: str, status: int):
+        super().__init__(message)
+        self.status = status
+
+
+class RetriesExhausted(TransientError):
+    """Transient failures outlasted the retry budget. `kind`: connection, timeout or http."""
+
+    def __init__(self, message: str, kind: str, status: int | None, attempts: int):
+        super().__init__(message)
+        self.kind, self.status, self.attempts = kind, status, attempts
+
+
+class InvalidResponse(PipelineError):
+    """A 2xx reply that is not the JSON shape the endpoint promises."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    max_retries: int = 5
+    base_s: float = 0.5
+    cap_s: float = 30.0
+
+    def delay(self, attempt: int, retry_after: float | None = None) -> float:
+        # Jitter keeps many workers that failed together from retrying in lockstep.
+        backoff = min(self.cap_s, self.base_s * 2 ** attempt) * random.uniform(0.5, 1.0)
+        return min(self.cap_s, max(backoff, retry_after or 0.0))
+
+
+@dataclass
+class ChatResult:
+    content: str
+    reasoning: str
+    finish_reason: str
+    prompt_tokens: int
+    completion_tokens: int
+    prompt_token_ids: list[int] | None
+    token_ids: list[int] | None
+    model: str
+    raw: dict = field(repr=False, default_factory=dict)
+
+
+def parse_chat(data: object) -> ChatResult:
+    """Pull what the pipeline needs out of a chat-completion reply (vLLM and SGLang field names)."""
+    try:
+        choice = data["choices"][0]
+        message = choice["message"]
+    except (KeyError, IndexError, TypeError):
+        raise InvalidResponse(f"reply has no choices[0].message: {json.dumps(data)[:BODY_SHOWN]}") from None
+    usage = data.get("usage") or {}
+    token_ids = choice.get("token_ids")
+    return ChatResult(
+        content=message.get("content") or "",
+        # vLLM says `reasoning` (older builds and SGLang: `reasoning_content`)
+        reasoning=message.get("reasoning") or message.get("reasoning_content") or "",
+        finish_reason=choice.get("finish_reason") or "",
+        prompt_tokens=int(usage.get("prompt_tokens") or 0),
+        completion_tokens=int(usage.get("completion_tokens") or (len(token_ids) if token_ids else 0)),
+        prompt_token_ids=data.get("prompt_token_ids"),
+        token_ids=token_ids,
+        model=data.get("model") or "",
+        raw=data,
+    )
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    try:
+        return float(response.headers.get("retry-after", ""))
+    except ValueError:
+        return None  # absent, or an HTTP date: the backoff decides
+
+
+class OpenAIClient:
+    """One connection pool to one server. `base_url` without /v1, e.g. http://127.0.0.1:8000.
+
+    Timeouts are per socket operation (connect, each read, each write), not per request: a long
+    generation that keeps the socket busy is fine, a server that stops answering is not."""
+
+    def __init__(self, base_url: str, *, api_key: str | None = None, connect_timeout_s: float = 30.0,
+                 read_timeout_s: float = 600.0, max_connections: int = 64, retry: RetryPolicy = RetryPolicy(),
+                 on_retry: Callable[[int, str], None] | None = None):
+        self.base_url = base_url.rstrip("/")
+        self.retry = retry
+        self.on_retry = on_retry
+        self.retries = 0
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = httpx.AsyncClient(
+            base_url=self.base_url, headers=headers,
+            timeout=httpx.Timeout(connect=connect_timeout_s, read=read_timeout_s, write=read_timeout_s, pool=None),
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+        )
+
+    async def __aenter__(self) -> "OpenAIClient":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def request_json(self, method: str, path: str, payload: dict | None = None) -> Any:
+        url = f"{self.base_url}{path}"
+        attempt = 0
+        while True:
+            retry_after = None
+            try:
+                response = await self._http.request(method, path, json=payload)
+            except httpx.TimeoutException as e:
+                kind, status, reason = "timeout", None, f"{type(e).__name__} on {method} {url}"
+            except httpx.TransportError as e:
+                kind, status, reason = "connection", None, f"{type(e).__name__} on {method} {url}: {e}"
+            else:
+                status = response.status_code
+                if status < 400:
+                    try:
+                        return response.json()
+                    except json.JSONDecodeError:
+                        raise InvalidResponse(f"{method} {url}: HTTP {status} with a body that is not JSON: "
+                                              f"{response.text[:BODY_SHOWN]!r}") from None
+                body = response.text[:BODY_SHOWN]
+                if status in CONFIG_STATUSES:
+                    hint = {401: "check the server's api_key", 403: "check the api_key and server permissions",
+                            404: "check the model name (target.served_name) and the base URL (no /v1 suffix)"}[status]
+                    raise EndpointConfigError(f"{method} {url}: HTTP {status} ({hint}): {body}", status)
+                if status not in RETRY_STATUSES and status < 500:
+                    raise RequestRejected(f"{method} {url}: HTTP {status}: {body}", status, body)
+                kind, reason, retry_after = "http", f"HTTP {status} on {method} {url}: {body}", _retry_after(response)
+            if attempt >= self.retry.max_retries:
+                raise RetriesExhausted(f"gave up after {attempt + 1} attempts; last: {reason}", kind, status, attempt + 1)
+            if self.on_retry:
+                self.on_retry(attempt + 1, reason)
+            self.retries += 1
+            await asyncio.sleep(self.retry.delay(attempt, retry_after))
+            attempt += 1
+
+    async def list_models(self) -> list[dict]:
+        data = await self.request_json("GET", "/v1/models")
+        if not isinstance(data, dict) or not isinstance(data.get("data"), list):
+            raise InvalidResponse(f"GET {self.base_url}/v1/models: unexpected reply {json.dumps(data)[:BODY_SHOWN]}")
+        return data["data"]
+
+    async def chat(self, payload: dict) -> ChatResult:
+        return parse_chat(await self.request_json("POST", "/v1/chat/completions", payload))

@@ -1,0 +1,257 @@
+"""Phase 1 (data generation) against a real vLLM CPU server on the tiny model.
+
+Client-level tests share the session's `vllm_server`; the server-kill test starts its own (through
+the phase itself), because it has to kill it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from eagle3.errors import ConfigError, GateError
+from eagle3.phases.datagen import DatagenPaths, run_datagen
+from eagle3.prompts import load_prompts
+
+REPO = Path(__file__).resolve().parents[2]
+ENGINE_PYTHON = REPO / ".venv-engine" / "bin" / "python"
+
+
+def rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def count_rows(path: Path) -> int:
+    try:
+        return path.read_bytes().count(b"\n")
+    except FileNotFoundError:
+        return 0
+
+
+def wait_for_rows(path: Path, at_least: int, timeout_s: float, alive=lambda: True) -> int:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and alive():
+        n = count_rows(path)
+        if n >= at_least:
+            return n
+        time.sleep(0.02)
+    raise AssertionError(f"{path}: fewer than {at_least} rows after {timeout_s} s")
+
+
+def expected_ids(cfg) -> list[str]:
+    return load_prompts(cfg.datagen.prompts, cfg.datagen.max_samples).ids
+
+
+def assert_exactly_once(cfg, path: Path) -> list[dict]:
+    got = [r["id"] for r in rows(path)]
+    want = expected_ids(cfg)
+    assert len(got) == len(set(got)), f"duplicated ids: {sorted({i for i in got if got.count(i) > 1})}"
+    assert sorted(got) == sorted(want), f"lost: {sorted(set(want) - set(got))}, extra: {sorted(set(got) - set(want))}"
+    return rows(path)
+
+
+# ---- no server needed --------------------------------------------------------------------------
+
+def test_malformed_prompt_rows_stop_the_phase_before_any_server(tmp_path, make_config):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "a", "prompt": "fine"}\n{"id": "b", "conversations": []}\nnot json\n')
+    cfg = make_config({"datagen": {"prompts": str(bad)}}, check_files=False)
+    with pytest.raises(ConfigError) as err:
+        run_datagen(cfg, sup=None)  # no supervisor: reaching the server start would raise something else
+    msg = str(err.value)
+    assert f"{bad}:2: 'conversations' must be a non-empty list" in msg
+    assert f"{bad}:3: not valid JSON" in msg
+    assert not err.value.retryable
+    assert not DatagenPaths.of(cfg).samples.exists() and not DatagenPaths.of(cfg).manifest.exists()
+
+
+# ---- shared server -------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.engine
+def test_64_samples_each_id_once_with_tokens_manifest_summary(vllm_server, make_config):
+    cfg = make_config()
+    assert cfg.datagen.max_samples == 64
+    calls: list[tuple[int, int]] = []
+    summary = run_datagen(cfg, None, on_progress=lambda d, t: calls.append((d, t)), base_url=vllm_server.base_url)
+    paths = DatagenPaths.of(cfg)
+
+    out = assert_exactly_once(cfg, paths.samples)
+    assert (summary.samples, summary.total, summary.new_samples, summary.resumed, summary.failed) == (64, 64, 64, 0, 0)
+    assert summary.complete and summary.completion_tokens > 0 and summary.output_tok_s > 0
+    prompts = {p.id: p for p in load_prompts(cfg.datagen.prompts, 64).prompts}
+    for row in out:
+        conv = row["conversations"]
+        assert conv[:-1] == list(prompts[row["id"]].messages)
+        assert conv[-1]["role"] == "assistant" and isinstance(conv[-1]["content"], str)
+        meta = row["meta"]
+        assert meta["finish_reason"] in ("stop", "length")
+        assert len(meta["token_ids"]) == meta["completion_tokens"] <= cfg.datagen.sampling.max_tokens
+        assert len(meta["prompt_token_ids"]) == meta["prompt_tokens"] > 0
+    assert summary.completion_tokens == sum(r["meta"]["completion_tokens"] for r in out)
+
+    assert calls[-1] == (64, 64) and [d for d, _ in calls] == sorted(d for d, _ in calls)
+    manifest = json.loads(paths.manifest.read_text())
+    assert manifest["endpoint"] == vllm_server.base_url and "tiny-llama" in manifest["server_models"]
+    assert manifest["settings"]["sampling"] == cfg.datagen.sampling.model_dump(mode="json")
+    assert manifest["config_hash"] == cfg.fingerprint("datagen")
+    on_disk = json.loads(paths.summary.read_text())
+    assert on_disk["samples"] == 64 and on_disk["complete"] is True
+
+    before = paths.samples.read_bytes()
+    again = run_datagen(cfg, None, base_url=vllm_server.base_url)
+    assert (again.resumed, again.new_samples, again.samples) == (64, 0, 64)
+    assert paths.samples.read_bytes() == before
+
+    check_prepare_data_can_load(paths.samples)
+
+
+def check_prepare_data_can_load(samples: Path) -> None:
+    """Load the file the way `speculators prepare-data --data FILE` does, and run its turn normaliser."""
+    code = (
+        "import sys, json\n"
+        "from speculators.data_generation.preprocessing import load_raw_dataset, _normalize_conversation\n"
+        "ds, _ = load_raw_dataset(sys.argv[1])\n"
+        "convs = [_normalize_conversation(c) for c in ds['conversations']]\n"
+        "print(json.dumps({'n': len(ds), 'cols': sorted(ds.column_names),\n"
+        "                  'last_roles': sorted({c[-1]['role'] for c in convs})}))\n"
+    )
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_DATASETS_CACHE": str(samples.parent / "hf")}
+    res = subprocess.run([str(ENGINE_PYTHON), "-c", code, str(samples)], capture_output=True, text=True,
+                         timeout=180, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    got = json.loads(res.stdout.strip().splitlines()[-1])
+    assert got == {"n": 64, "cols": ["conversations", "id", "meta"], "last_roles": ["assistant"]}
+
+
+@pytest.mark.slow
+@pytest.mark.engine
+def test_client_sigkilled_mid_run_then_resumed_loses_and_duplicates_nothing(vllm_server, make_config, tmp_path):
+    cfg = make_config({"datagen": {"max_samples": 32, "concurrency": 4, "sampling": {"max_tokens": 32}}})
+    paths = DatagenPaths.of(cfg)
+    argv = [sys.executable, "-m", "eagle3.cli", "datagen", str(tmp_path / "config.yaml"),
+            "--base-url", vllm_server.base_url]
+    log = open(tmp_path / "client.log", "wb")
+    client = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        at_kill = wait_for_rows(paths.samples, 4, 120, alive=lambda: client.poll() is None)
+        os.kill(client.pid, signal.SIGKILL)
+    finally:
+        if client.poll() is None:
+            os.kill(client.pid, signal.SIGKILL)
+        client.wait(timeout=30)
+        log.close()
+    assert client.returncode == -signal.SIGKILL, (tmp_path / "client.log").read_text()[-3000:]
+    survived = rows(paths.samples)
+    assert 4 <= at_kill <= len(survived) < 32, "the kill must land mid-run"
+    prefix = paths.samples.read_bytes()
+
+    summary = run_datagen(cfg, None, base_url=vllm_server.base_url)  # the lock died with the client
+    assert summary.resumed == len(survived) and summary.new_samples == 32 - len(survived)
+    assert_exactly_once(cfg, paths.samples)
+    assert paths.samples.read_bytes().startswith(prefix), "resume must only append"
+
+
+@pytest.mark.slow
+@pytest.mark.engine
+def test_resume_with_other_settings_is_refused(vllm_server, make_config, tmp_path):
+    base = {"datagen": {"max_samples": 4}}
+    cfg = make_config(base)
+    run_datagen(cfg, None, base_url=vllm_server.base_url)
+    paths = DatagenPaths.of(cfg)
+    before = paths.samples.read_bytes()
+
+    hotter = make_config({"datagen": {"max_samples": 4, "sampling": {"temperature": 0.5}}})
+    with pytest.raises(ConfigError) as err:
+        run_datagen(hotter, None, base_url=vllm_server.base_url)
+    assert "refusing to resume" in str(err.value) and "sampling.temperature: was 0.8, now 0.5" in str(err.value)
+
+    other = tmp_path / "other-prompts.jsonl"
+    other.write_text(Path(cfg.datagen.prompts).read_text().replace("two sentences", "three sentences"))
+    with pytest.raises(ConfigError, match="prompts_sha256"):
+        run_datagen(make_config({"datagen": {"max_samples": 4, "prompts": str(other)}}), None,
+                    base_url=vllm_server.base_url)
+    assert paths.samples.read_bytes() == before
+
+    # Throughput settings do not change the data: a resume with them changed goes ahead.
+    faster = make_config({"datagen": {"max_samples": 6, "concurrency": 3}})
+    summary = run_datagen(faster, None, base_url=vllm_server.base_url)
+    assert (summary.resumed, summary.new_samples) == (4, 2)
+
+
+@pytest.mark.slow
+@pytest.mark.engine
+def test_rejected_prompt_logged_not_retried_and_gated(vllm_server, make_config, tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    too_long = " ".join(f"word{i}" for i in range(3000))  # far beyond max_model_len 1024
+    prompts.write_text("".join(json.dumps(r) + "\n" for r in [
+        {"id": "a", "prompt": "Explain a mutex."}, {"id": "long", "prompt": too_long},
+        {"id": "b", "prompt": "Explain a B-tree."}, {"id": "c", "prompt": "Explain a heap."}]))
+    cfg = make_config({"datagen": {"prompts": str(prompts), "max_samples": None}})
+    paths = DatagenPaths.of(cfg)
+    with pytest.raises(GateError, match="1 of 4 prompts have no sample") as err:
+        run_datagen(cfg, None, base_url=vllm_server.base_url)
+    assert not err.value.retryable
+    assert sorted(r["id"] for r in rows(paths.samples)) == ["a", "b", "c"]
+    [failure] = rows(paths.failures)
+    assert (failure["id"], failure["line"], failure["status"], failure["attempts"]) == ("long", 2, 400, 1)
+    assert json.loads(paths.summary.read_text())["complete"] is False
+
+    lenient = make_config({"datagen": {"prompts": str(prompts), "max_samples": None, "max_failed_fraction": 0.5}})
+    summary = run_datagen(lenient, None, base_url=vllm_server.base_url)  # retries only the failed prompt
+    assert (summary.resumed, summary.new_samples, summary.failed, summary.samples) == (3, 0, 1, 3)
+
+
+# ---- own server ----------------------------------------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.engine
+def test_server_killed_mid_run_fails_retryable_then_rerun_completes(tiny_model, make_config):
+    from tests.conftest import free_port
+
+    from eagle3 import procfs
+    from eagle3.pipeline import supervisor
+
+    # A smaller set than the 64 of the shared-server test: this one pays for two server starts.
+    cfg = make_config({"datagen": {"max_samples": 24, "concurrency": 4, "sampling": {"max_tokens": 32},
+                                   "server": {"port": free_port()}}})
+    sup = supervisor(cfg)
+    paths = DatagenPaths.of(cfg)
+    box: dict = {}
+
+    def phase():
+        try:
+            box["summary"] = run_datagen(cfg, sup)
+        except BaseException as e:  # noqa: BLE001 - inspected below
+            box["error"] = e
+
+    worker = threading.Thread(target=phase)
+    worker.start()
+    try:
+        wait_for_rows(paths.samples, 3, 300, alive=worker.is_alive)
+        [entry] = [e for e in sup.registry.entries() if e.name == "datagen-vllm-server"]
+        at_kill = count_rows(paths.samples)
+        os.kill(entry.pid, signal.SIGKILL)  # the API server we started, by PID
+    finally:
+        worker.join(timeout=120)
+    assert not worker.is_alive()
+    err = box.get("error")
+    assert err is not None and getattr(err, "retryable", False) is True, repr(err) or box
+    assert at_kill < 24 and count_rows(paths.samples) < 24, "the kill must land mid-run"
+    assert not procfs.group_members(entry.pgid), "the phase must stop what is left of its server"
+    assert not sup.registry.entries()
+    assert not paths.summary.exists()
+
+    summary = run_datagen(cfg, sup)
+    assert summary.complete and summary.resumed >= at_kill and summary.new_samples == 24 - summary.resumed
+    assert_exactly_once(cfg, paths.samples)
+    assert not sup.registry.entries(), "the phase must stop its server when done"
+    assert not procfs.listening_ports({cfg.datagen.server.port})

@@ -1,0 +1,124 @@
+"""Retry policy of the pack's HTTP client, over real sockets.
+
+vLLM cannot be made to answer 429 or 503 on demand, so a small scripted HTTP server on 127.0.0.1
+plays those replies; the client code under test is the production path, unchanged. Its behaviour
+against a real vLLM server is covered in tests/phases/test_datagen.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from eagle3.openai_client import (EndpointConfigError, OpenAIClient, RequestRejected, RetriesExhausted, RetryPolicy,
+                                  parse_chat)
+
+CHAT_OK = {"model": "m", "choices": [{"message": {"role": "assistant", "content": "hi", "reasoning_content": "think"},
+                                      "finish_reason": "stop", "token_ids": [5, 6]}],
+           "usage": {"prompt_tokens": 3, "completion_tokens": 2}, "prompt_token_ids": [1, 2, 3]}
+FAST = RetryPolicy(max_retries=3, base_s=0.01, cap_s=0.05)
+
+
+class Scripted:
+    """Answers requests with the scripted (status, body, headers, delay) in order; the last repeats."""
+
+    def __init__(self, script):
+        self.script, self.seen = list(script), []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                length = int(self.headers.get("content-length", 0))
+                outer.seen.append(json.loads(self.rfile.read(length) or b"null"))
+                status, body, headers, delay = outer.script[min(len(outer.seen), len(outer.script)) - 1]
+                time.sleep(delay)
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def chat(url, **kw):
+    async def go():
+        async with OpenAIClient(url, **{"retry": FAST, **kw}) as client:
+            return await client.chat({"model": "m", "messages": []}), client.retries
+    return asyncio.run(go())
+
+
+def test_transient_statuses_are_retried_then_succeed():
+    script = [(503, {"error": "busy"}, {}, 0), (429, {}, {"Retry-After": "0"}, 0), (408, {}, {}, 0),
+              (200, CHAT_OK, {}, 0)]
+    with Scripted(script) as srv:
+        result, retries = chat(srv.url)
+    assert len(srv.seen) == 4 and retries == 3
+    assert (result.content, result.reasoning, result.finish_reason) == ("hi", "think", "stop")
+    assert result.prompt_token_ids == [1, 2, 3] and result.token_ids == [5, 6]
+    assert (result.prompt_tokens, result.completion_tokens) == (3, 2)
+
+
+@pytest.mark.parametrize("status", [400, 413, 422])
+def test_request_errors_fail_fast(status):
+    with Scripted([(status, {"error": "prompt too long"}, {}, 0)]) as srv:
+        with pytest.raises(RequestRejected, match=f"HTTP {status}.*prompt too long") as err:
+            chat(srv.url)
+    assert len(srv.seen) == 1 and err.value.status == status and not err.value.retryable
+
+
+@pytest.mark.parametrize("status,hint", [(401, "api_key"), (404, "served_name")])
+def test_config_errors_fail_fast_with_a_hint(status, hint):
+    with Scripted([(status, {}, {}, 0)]) as srv:
+        with pytest.raises(EndpointConfigError, match=hint):
+            chat(srv.url)
+    assert len(srv.seen) == 1
+
+
+def test_exhausted_http_retries_are_retryable():
+    with Scripted([(502, {}, {}, 0)]) as srv:
+        with pytest.raises(RetriesExhausted) as err:
+            chat(srv.url)
+    assert len(srv.seen) == FAST.max_retries + 1
+    assert (err.value.kind, err.value.status, err.value.attempts, err.value.retryable) == ("http", 502, 4, True)
+
+
+def test_connection_refused_is_a_connection_failure():
+    with socket.socket() as s:  # a port nothing listens on: bound, never listening
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}"
+        with pytest.raises(RetriesExhausted) as err:
+            chat(url)
+    assert err.value.kind == "connection" and err.value.retryable
+
+
+def test_read_timeout_is_per_socket_and_retried():
+    with Scripted([(200, CHAT_OK, {}, 1.0), (200, CHAT_OK, {}, 0)]) as srv:
+        result, retries = chat(srv.url, read_timeout_s=0.3)
+    assert retries == 1 and result.content == "hi"
+
+
+def test_vllm_reasoning_field_preferred():
+    data = {"choices": [{"message": {"content": None, "reasoning": "r1"}, "finish_reason": "length"}]}
+    r = parse_chat(data)
+    assert (r.content, r.reasoning, r.token_ids, r.completion_tokens) == ("", "r1", None, 0)
