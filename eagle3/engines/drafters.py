@@ -1,0 +1,109 @@
+"""Test drafters: an untrained (random) or a constant EAGLE-format EAGLE-3 drafter for a target.
+
+They exist to prove the benchmark's measurement, not to be good: the untrained one must give
+acceptance near 0, and the constant one (with the constant tiny target) exactly 100 %. The
+weights come from eagle3/engine_side/make_eagle3_drafter.py, run with the engine's interpreter
+as a supervised one-shot command, built in a scratch dir and renamed into place (never seen
+half-written), with a stamp so a changed builder or target triggers a rebuild.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ..config import EngineEnv
+from ..errors import ConfigError
+from ..fsio import atomic_write_json, file_lock, fsync_dir, read_json
+from ..services import LaunchSpec, Supervisor
+
+BUILDER = Path(__file__).resolve().parent.parent / "engine_side" / "make_eagle3_drafter.py"
+STAMP = "eagle3-test-drafter.json"
+REQUIRED_FILES = ("config.json", "model.safetensors")
+
+
+@dataclass(frozen=True)
+class DrafterSpec:
+    constant: bool = False
+    aux_layer_ids: tuple[int, ...] | None = None  # layer-input convention; None: the builder's default
+    draft_vocab: int | None = None
+    seed: int = 0
+
+    def argv(self) -> list[str]:
+        argv = ["--seed", str(self.seed)]
+        if self.constant:
+            argv.append("--constant")
+        if self.aux_layer_ids:
+            argv += ["--aux-layer-ids", *map(str, self.aux_layer_ids)]
+        if self.draft_vocab:
+            argv += ["--draft-vocab", str(self.draft_vocab)]
+        return argv
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def expected_stamp(target: Path, spec: DrafterSpec) -> dict:
+    return {"builder": "eagle3.engines.drafters", "spec": asdict(spec), "builder_sha256": _sha256(BUILDER),
+            "target": str(Path(target).resolve()), "target_config_sha256": _sha256(Path(target) / "config.json")}
+
+
+def is_current(path: Path, target: Path, spec: DrafterSpec) -> bool:
+    path = Path(path)
+    return all((path / f).is_file() for f in REQUIRED_FILES) and read_json(path / STAMP) == expected_stamp(target, spec)
+
+
+def make_drafter(out_dir: Path, target: Path, engine: EngineEnv, spec: DrafterSpec = DrafterSpec(),
+                 timeout_s: float = 300.0) -> Path:
+    out_dir, target = Path(out_dir).resolve(), Path(target).resolve()
+    if not (target / "config.json").is_file():
+        raise ConfigError(f"target {str(target)!r} has no config.json; build it first (eagle3 make-tiny-model)")
+    if engine.python is not None and not os.access(engine.python, os.X_OK):
+        raise ConfigError(f"engine interpreter {str(engine.python)!r} is not executable; build the engine venv")
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    work = out_dir.parent / f".{out_dir.name}.build-{uuid.uuid4().hex[:8]}"
+    staged = work / "drafter"
+    try:
+        Supervisor(work / "state").run(LaunchSpec(
+            name="make-test-drafter", phase="setup", log=work / "build.log", env=dict(engine.env), stop_grace_s=5.0,
+            argv=[*engine.python_argv(), str(BUILDER), "--target", str(target), "--out", str(staged), *spec.argv()]),
+            timeout_s=timeout_s)
+        missing = [f for f in REQUIRED_FILES if not (staged / f).is_file()]
+        if missing:
+            raise ConfigError(f"drafter builder exited 0 but did not write {missing}; see {work / 'build.log'}")
+        atomic_write_json(staged / STAMP, expected_stamp(target, spec))
+        if out_dir.exists():
+            os.rename(out_dir, work / "previous")
+        os.rename(staged, out_dir)
+        fsync_dir(out_dir.parent)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return out_dir
+
+
+def ensure_drafter(path: Path, target: Path, engine: EngineEnv, spec: DrafterSpec = DrafterSpec(),
+                   force: bool = False) -> Path:
+    """Return `path`, building the drafter first if missing or built differently (locked, so
+    parallel test sessions build it once)."""
+    path = Path(path).resolve()
+    with file_lock(path.parent / f".{path.name}.lock"):
+        if not force and is_current(path, target, spec):
+            return path
+        return make_drafter(path, target, engine, spec)
+
+
+def drafter_aux_ids(path: Path) -> list[int] | None:
+    """The aux-layer ids a drafter's config.json declares (top level or eagle_config), if any."""
+    try:
+        raw = json.loads((Path(path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    ids = raw.get("eagle_aux_hidden_state_layer_ids") or (raw.get("eagle_config") or {}).get(
+        "eagle_aux_hidden_state_layer_ids")
+    return list(ids) if isinstance(ids, list) else None

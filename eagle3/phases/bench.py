@@ -1,0 +1,457 @@
+"""Phase 4: speculative-decoding benchmark of the trained drafter against the no-speculation baseline.
+
+One server after another on the same GPUs: the target alone (baseline), then target + drafter for
+each k in bench.num_speculative_tokens, with the core GPU handoff between two servers. On each
+server: a warm-up outside the measured windows, then one run of the engine's own load generator
+(`vllm bench serve` / SGLang's bench_serving) per concurrency on held-out prompts, with the
+server's spec-decode counters scraped right before and right after each run; the deltas are
+the window's acceptance (eagle3/engines/metrics.py).
+
+Files in the phase dir (cfg.phase_dir("bench")):
+  results.json      everything of this run (schema below); also copied to
+                    <run_dir>/bench-history/<UTC timestamp>.json, outside the phase dir (a forced
+                    rerun wipes the phase dir; the history accumulates across scheduled reruns)
+  report.md         markdown summary (`eagle3 run` prints it at the end)
+  bench.png         throughput and TPOT vs concurrency, per-position acceptance
+  prompts.jsonl     the held-out prompts, in the load generator's dataset format (.json for SGLang)
+  servers/<x>.json  one record per finished server; a retried run reuses those whose settings match
+  clients/          the load generator's raw result files;  logs/  server and client logs
+
+results.json: schema, pipeline, created_at, config_hash, bench_config_hash, pack_version, engine,
+engine_version, bench_client, acceptance_source, target, gpus, drafter {path, trained, status,
+source, aux_layer_ids, ...}, prompts, sampling, servers [{label, k, startup_s, engine_version,
+counters_at_ready, warmup, windows [{concurrency, load, counters_before, counters_after, delta,
+acceptance, client_spec}], counters_at_stop}], table, best_k, acceptance_by_k, gate, notes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+from .. import __version__
+from ..benchmath import best_k, evaluate_gate, gate_error_text, pooled_acceptance, table
+from ..config import PipelineConfig, num_hidden_layers
+from ..engines import benchclient
+from ..engines.drafters import drafter_aux_ids
+from ..engines.metrics import SpecCounters, Traffic, acceptance, engine_version, scrape_vllm_all, sglang_accept_length
+from ..engines.serving import base_url, start_server
+from ..engines.speculative import acceptance_source, spec_args
+from ..errors import CommandFailed, ConfigError, GateError, TransientError
+from ..fsio import atomic_write_json, read_json
+from ..openai_client import OpenAIClient, RetryPolicy
+from ..prompts import load_prompts
+from ..report import write_report
+from ..services import LaunchSpec, Process, Supervisor
+from .datagen import _run as run_coroutine  # asyncio.run, also from inside a running event loop
+
+PHASE = "bench"
+SCHEMA = 1
+HISTORY_DIRNAME = "bench-history"
+WINDOW_ATTEMPTS = 3  # measurements of one window before foreign traffic fails the phase
+
+log = logging.getLogger("eagle3.bench")
+ProgressFn = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class BenchPaths:
+    dir: Path
+    history: Path
+
+    @classmethod
+    def of(cls, cfg: PipelineConfig) -> "BenchPaths":
+        return cls(cfg.phase_dir(PHASE), cfg.run_dir / HISTORY_DIRNAME)
+
+    results = property(lambda self: self.dir / "results.json")
+    report = property(lambda self: self.dir / "report.md")
+    plot = property(lambda self: self.dir / "bench.png")
+    servers = property(lambda self: self.dir / "servers")
+    clients = property(lambda self: self.dir / "clients")
+    logs = property(lambda self: self.dir / "logs")
+
+
+def _slug(label: str) -> str:
+    return label.replace("=", "")  # "k=3" -> "k3": file names and Prefect keys
+
+
+# ---- inputs --------------------------------------------------------------------------------------
+
+def resolve_drafter(cfg: PipelineConfig) -> dict:
+    """Which drafter to serve and whether it is trained: bench.drafter if set, else the train
+    phase's manifest (a dry-run checkpoint there is trained: false)."""
+    b = cfg.bench
+    if b.drafter is not None:
+        if not (b.drafter / "config.json").is_file():
+            raise ConfigError(f"bench.drafter: {str(b.drafter)!r} has no config.json; point it at a drafter checkpoint")
+        return {"path": str(b.drafter), "trained": b.drafter_trained, "source": "bench.drafter (config)",
+                "status": "TRAINED (as declared by bench.drafter_trained)" if b.drafter_trained else "UNTRAINED",
+                "aux_layer_ids": drafter_aux_ids(b.drafter), "aux_layer_ids_convention": None,
+                "train_manifest": None}
+    from .train import TrainPaths, read_train_manifest
+
+    m = read_train_manifest(cfg)
+    path = Path(m["checkpoint"])
+    if m.get("engine") not in (None, b.engine):
+        raise ConfigError(f"{TrainPaths.of(cfg).manifest}: the drafter was gated and exported for {m['engine']!r}, but "
+                          f"bench.engine is {b.engine!r}; rerun the train phase (`eagle3 run --from train`)")
+    if not (path / "config.json").is_file():
+        raise ConfigError(f"{TrainPaths.of(cfg).manifest}: checkpoint {str(path)!r} is missing; rerun the train phase")
+    return {"path": str(path), "trained": bool(m["trained"]), "source": "train manifest", "status": m.get("status"),
+            "aux_layer_ids": m.get("aux_layer_ids"), "aux_layer_ids_convention": m.get("aux_layer_ids_convention"),
+            "aux_layer_ids_vllm": m.get("aux_layer_ids_vllm"), "config_aux_layer_ids": drafter_aux_ids(path),
+            "train_manifest": str(TrainPaths.of(cfg).manifest)}
+
+
+def _datagen_ids(cfg: PipelineConfig) -> set[str] | None:
+    """Ids data generation wrote (None if it has no samples file). Read-only and tolerant of a
+    torn last row: this phase must never modify phase 1's files."""
+    from .datagen import DatagenPaths
+
+    try:
+        data = DatagenPaths.of(cfg).samples.read_bytes()
+    except FileNotFoundError:
+        return None
+    ids = set()
+    for line in data.split(b"\n"):
+        try:
+            ids.add(str(json.loads(line)["id"]))
+        except (ValueError, KeyError, TypeError):
+            continue
+    return ids
+
+
+def held_out_prompts(cfg: PipelineConfig) -> dict:
+    """The benchmark prompts: bench.prompts if set, else the rows of datagen.prompts that phase 1
+    did not generate from (prompts the drafter never trained on). Returns texts (the last user
+    turn of each row: the load generators send one user message) plus provenance."""
+    b = cfg.bench
+    if b.prompts is not None:
+        ps, selection = load_prompts(b.prompts), "bench.prompts"
+        rows = ps.prompts
+    else:
+        d = cfg.datagen
+        ps = load_prompts(d.prompts, None, skip_invalid=d.skip_invalid_prompts)
+        used = _datagen_ids(cfg)
+        if used is None:  # phase 1's output is gone: hold out what it would have taken
+            used = {p.id for p in ps.prompts[: d.max_samples]} if d.max_samples else set(ps.ids)
+        rows = [p for p in ps.prompts if p.id not in used]
+        selection = f"held out: not among the {len(used)} prompts data generation used"
+        if not rows:
+            raise ConfigError(f"bench: no held-out prompts: data generation used all {len(ps.prompts)} rows of "
+                              f"{d.prompts}; lower datagen.max_samples below the prompt count, or give a separate "
+                              "benchmark prompt set in bench.prompts")
+    need = b.num_prompts + b.warmup_prompts
+    measured, spare = rows[: b.num_prompts], rows[b.num_prompts: need]
+    texts = [p.messages[-1]["content"] for p in measured]
+    return {"path": str(ps.path), "selection": selection, "count": len(texts), "requested": b.num_prompts,
+            "ids": [p.id for p in measured], "texts": texts,
+            # Warm-up uses other prompts than the measured ones where there are enough, so the
+            # measured prefills do not all hit vLLM's prefix cache.
+            "warmup_texts": [p.messages[-1]["content"] for p in spare] or texts,
+            "multi_turn_reduced": sum(1 for p in measured if len(p.messages) > 1),
+            "sha256": hashlib.sha256(json.dumps(texts).encode()).hexdigest()}
+
+
+# ---- one server ----------------------------------------------------------------------------------
+
+def _headers(cfg: PipelineConfig) -> dict[str, str]:
+    key = cfg.bench.server.api_key
+    return {"Authorization": f"Bearer {key.get_secret_value()}"} if key else {}
+
+
+def _snapshot(cfg: PipelineConfig, url: str, k: int) -> tuple[SpecCounters | None, Traffic | None]:
+    """vLLM: (spec-decode counters or None for the baseline, traffic counters). SGLang: (None, None)."""
+    if cfg.bench.engine != "vllm":
+        return None, None
+    spec, traffic = scrape_vllm_all(url, cfg.target.served_name, _headers(cfg))
+    if k and spec is None:
+        # The drafter is configured, yet the server counts no speculation: it is not speculating.
+        raise ConfigError(f"{url}/metrics has no vllm:spec_decode_* counters although the server was started with "
+                          "a speculative config; check the server log for how it parsed --speculative-config")
+    return spec, traffic
+
+
+def foreign_traffic(load: benchclient.LoadResult, served: Traffic) -> str | None:
+    """Why the server's own counts over a window do not match the load generator's requests
+    (someone else used the server meanwhile), or None when the window holds exactly them."""
+    if not load.completed <= served.requests <= load.completed + load.failed:
+        return (f"the server finished {served.requests} requests, the load generator {load.completed} "
+                f"(+{load.failed} failed)")
+    if not load.failed and served.generation_tokens != load.total_output_tokens:
+        return (f"the server generated {served.generation_tokens} tokens, the load generator received "
+                f"{load.total_output_tokens}")
+    return None
+
+
+def _warmup(cfg: PipelineConfig, url: str, texts: list[str]) -> dict:
+    """A few chat requests with the benchmark's sampling, so one-time costs (first allocations,
+    graph/kernel warm-up) fall outside the measured windows."""
+    b = cfg.bench
+    todo = [texts[i % len(texts)] for i in range(b.warmup_prompts)]
+    if not todo:
+        return {"requests": 0, "seconds": 0.0}
+    key = b.server.api_key.get_secret_value() if b.server.api_key else None
+
+    async def go() -> None:
+        async with OpenAIClient(url, api_key=key, max_connections=max(b.concurrency),
+                                retry=RetryPolicy(max_retries=2)) as client:
+            sem = asyncio.Semaphore(max(b.concurrency))
+
+            async def one(text: str) -> None:
+                async with sem:
+                    payload = {"model": cfg.target.served_name, "messages": [{"role": "user", "content": text}],
+                               "max_tokens": b.max_tokens, "temperature": b.temperature}
+                    if b.ignore_eos:
+                        payload["ignore_eos"] = True
+                    await client.chat(payload)
+
+            await asyncio.gather(*(one(t) for t in todo))
+
+    t0 = time.monotonic()
+    run_coroutine(go())
+    return {"requests": len(todo), "seconds": round(time.monotonic() - t0, 3)}
+
+
+def _run_client(cfg: PipelineConfig, sup: Supervisor, proc: Process, paths: BenchPaths, url: str, label: str,
+                concurrency: int, dataset: Path, num_prompts: int) -> benchclient.LoadResult:
+    b = cfg.bench
+    _, argv_fn, parse_fn, _, _ = benchclient.CLIENTS[b.engine]
+    env_cfg = getattr(cfg.engines, b.engine)
+    result_file = paths.clients / f"{_slug(label)}-c{concurrency}.json"
+    result_file.parent.mkdir(parents=True, exist_ok=True)
+    result_file.unlink(missing_ok=True)  # SGLang's client appends; a retry must not read an old line
+    spec = benchclient.LoadSpec(base_url=url, served_name=cfg.target.served_name, tokenizer=cfg.target.model,
+                                dataset=dataset, num_prompts=num_prompts, concurrency=concurrency,
+                                max_tokens=b.max_tokens, temperature=b.temperature, ignore_eos=b.ignore_eos,
+                                result_file=result_file)
+    env = dict(env_cfg.env)
+    if b.server.api_key:
+        env["OPENAI_API_KEY"] = b.server.api_key.get_secret_value()  # both clients read the key from here
+    try:
+        sup.run(LaunchSpec(name=f"bench-client-{_slug(label)}-c{concurrency}", argv=argv_fn(env_cfg, spec),
+                           log=paths.logs / f"client-{_slug(label)}-c{concurrency}.log", phase=PHASE, env=env,
+                           stop_grace_s=10.0, hang_timeout_s=b.server.hang_timeout_s),
+                timeout_s=b.client_timeout_s)
+    except CommandFailed:
+        proc.check_alive()  # a dead server explains a failed client better (and is retryable)
+        raise
+    load = parse_fn(result_file)
+    if load.completed == 0:
+        proc.check_alive()
+        raise TransientError(f"{label}, concurrency {concurrency}: no request completed ({load.failed} failed); "
+                             f"see {paths.logs / f'client-{_slug(label)}-c{concurrency}.log'}")
+    return load
+
+
+def _measure_window(cfg: PipelineConfig, sup: Supervisor, proc: Process, paths: BenchPaths, url: str, label: str,
+                    k: int, c: int, dataset: Path, num_prompts: int) -> dict:
+    """One load-generator run at concurrency c between two counter snapshots. A window whose
+    server-side request and token counts differ from the load generator's was shared with other
+    traffic; it is discarded and measured again (WINDOW_ATTEMPTS in all)."""
+    discarded = []
+    for attempt in range(1, WINDOW_ATTEMPTS + 1):
+        before, traffic_before = _snapshot(cfg, url, k)
+        started = time.time()
+        load = _run_client(cfg, sup, proc, paths, url, label, c, dataset, num_prompts)
+        proc.check_alive()
+        after, traffic_after = _snapshot(cfg, url, k)
+        w = {"concurrency": c, "started_at": started, "finished_at": time.time(), "attempt": attempt,
+             "discarded_attempts": discarded, "load": load.to_dict(), "client_spec": load.client_spec,
+             "counters_before": None, "counters_after": None, "delta": None, "acceptance": None,
+             "traffic_before": None, "traffic_after": None, "traffic_delta": None}
+        if traffic_after is not None:
+            served = traffic_after - traffic_before
+            w.update(traffic_before=traffic_before.to_dict(), traffic_after=traffic_after.to_dict(),
+                     traffic_delta=served.to_dict())
+            why = foreign_traffic(load, served)
+            if why:
+                log.warning("bench %s c=%d attempt %d: window discarded: %s", label, c, attempt, why)
+                discarded.append(why)
+                continue
+        if after is not None:
+            delta = after - before
+            w.update(counters_before=before.to_dict(), counters_after=after.to_dict(), delta=delta.to_dict(),
+                     acceptance=acceptance(delta).to_dict())
+        elif cfg.bench.engine == "sglang" and k:
+            w["acceptance"] = {"acceptance_length": sglang_accept_length(url, _headers(cfg)), "acceptance_rate": None,
+                               "per_position": [], "source": acceptance_source("sglang")}
+        return w
+    raise TransientError(f"bench {label}, concurrency {c}: {WINDOW_ATTEMPTS} windows in a row held other requests "
+                         f"than the load generator's ({'; '.join(discarded)}): something else is sending requests to "
+                         f"{url}; stop it, or give the benchmark server another port (bench.server.port), and rerun")
+
+
+def measure_server(cfg: PipelineConfig, sup: Supervisor, label: str, k: int, drafter: str | None,
+                   dataset: Path, num_prompts: int, warmup_texts: list[str],
+                   on_window: Callable[[], None] = lambda: None) -> dict:
+    """Start one server (baseline if k == 0, else with the drafter and k speculative tokens),
+    warm it up, run the load generator once per concurrency, and stop it. Returns its record."""
+    b = cfg.bench
+    paths = BenchPaths.of(cfg)
+    extra = spec_args(b.engine, Path(drafter), k) if k else []
+    t0 = time.monotonic()
+    proc = start_server(sup, cfg, PHASE, b.engine, b.server, extra)
+    startup_s = round(time.monotonic() - t0, 3)
+    url = base_url(b.server)
+    try:
+        record = {"label": label, "k": k, "startup_s": startup_s, "argv": proc.spec.shown_argv(),
+                  "log": str(proc.spec.log), "engine_version": engine_version(url, b.engine, _headers(cfg))}
+        at_ready, traffic_at_ready = _snapshot(cfg, url, k)
+        record["warmup"] = _warmup(cfg, url, warmup_texts)
+        windows = []
+        for c in b.concurrency:
+            windows.append(_measure_window(cfg, sup, proc, paths, url, label, k, c, dataset, num_prompts))
+            on_window()
+        record["windows"] = windows
+        at_stop, traffic_at_stop = _snapshot(cfg, url, k)
+        record["counters_at_ready"] = at_ready.to_dict() if at_ready else None
+        record["counters_at_stop"] = at_stop.to_dict() if at_stop else None
+        record["traffic_at_ready"] = traffic_at_ready.to_dict() if traffic_at_ready else None
+        record["traffic_at_stop"] = traffic_at_stop.to_dict() if traffic_at_stop else None
+        if b.engine == "sglang" and k:
+            record["accept_length_final"] = windows[-1]["acceptance"]["acceptance_length"]
+        proc.check_alive()
+    finally:
+        record_stop = proc.stop()
+    record["stop"] = {"signal": record_stop.signal, "seconds": record_stop.seconds, "clean": record_stop.clean}
+    return record
+
+
+# ---- the phase -----------------------------------------------------------------------------------
+
+def _server_key(cfg: PipelineConfig, k: int, drafter: dict, prompts: dict) -> str:
+    """What decides a server's numbers; a retried run reuses a finished server only if it matches."""
+    drafter_cfg = ""
+    if k:
+        try:
+            drafter_cfg = hashlib.sha256((Path(drafter["path"]) / "config.json").read_bytes()).hexdigest()
+        except OSError:
+            pass
+    # Only what changes the measurement: a new floor or trained flag re-judges saved numbers
+    # instead of re-measuring them.
+    bench = cfg.bench.model_dump(mode="json", exclude={"acceptance_floor", "drafter_trained", "client_timeout_s",
+                                                       "num_speculative_tokens", "drafter", "prompts"})
+    bench["server"].pop("api_key", None)
+    parts = {"schema": SCHEMA, "target": cfg.target.model_dump(mode="json"), "bench": bench, "k": k,
+             "prompts": prompts["sha256"], "drafter": [drafter["path"], drafter_cfg] if k else None}
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _handoff(cfg: PipelineConfig, sup: Supervisor, after: str, before: str) -> dict:
+    """The same proof as between phases: the previous server's processes gone, its port closed,
+    and on a GPU node every configured GPU back to ~0 MiB, before the next server may load."""
+    from ..handoff import run_handoff
+
+    report = run_handoff(cfg.run_dir, cfg.handoff, list(cfg.gpus), cfg.phase_ports(PHASE),
+                         label=f"bench-{_slug(after)}-to-{_slug(before)}", supervisor=sup)
+    return {"label": report.label, "seconds": report.seconds, "path": report.path, "gpu_check": report.gpu_check}
+
+
+def _history_path(paths: BenchPaths, now: datetime) -> Path:
+    stamp = now.strftime("%Y%m%dT%H%M%SZ")
+    path, n = paths.history / f"{stamp}.json", 1
+    while path.exists():  # two runs within one second keep both files
+        n += 1
+        path = paths.history / f"{stamp}-{n}.json"
+    return path
+
+
+def run_bench(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | None = None) -> dict:
+    """Run (or finish) the benchmark; returns the summary. Raises GateError (not retryable) when a
+    trained drafter's acceptance length is below bench.acceptance_floor, after writing everything."""
+    b = cfg.bench
+    paths = BenchPaths.of(cfg)
+    paths.dir.mkdir(parents=True, exist_ok=True)
+    drafter = resolve_drafter(cfg)
+    prompts = held_out_prompts(cfg)
+    client_name, _, _, write_dataset, ext = benchclient.CLIENTS[b.engine]
+    dataset = write_dataset(paths.dir / f"prompts{ext}", prompts["texts"])
+    plan = [("baseline", 0)] + [(f"k={k}", k) for k in b.num_speculative_tokens]
+    total, done = len(plan) * len(b.concurrency), [0]
+
+    def tick() -> None:
+        done[0] += 1
+        if on_progress:
+            on_progress(done[0], total)
+
+    runs, handoffs, last_started = [], [], None
+    for label, k in plan:
+        key = _server_key(cfg, k, drafter, prompts)
+        saved = read_json(paths.servers / f"{_slug(label)}.json")
+        if saved and saved.get("key") == key:
+            log.info("bench: reusing the finished %s server run from a previous attempt", label)
+            runs.append(saved["run"])
+            for _ in b.concurrency:
+                tick()
+            continue
+        if last_started is not None:
+            handoffs.append(_handoff(cfg, sup, last_started, label))
+        run = measure_server(cfg, sup, label, k, drafter["path"] if k else None, dataset, prompts["count"],
+                             prompts["warmup_texts"], on_window=tick)
+        last_started = label
+        atomic_write_json(paths.servers / f"{_slug(label)}.json", {"key": key, "run": run})
+        runs.append(run)
+
+    results = _assemble(cfg, drafter, prompts, runs, handoffs, client_name)
+    atomic_write_json(paths.results, results)
+    history = _history_path(paths, datetime.fromisoformat(results["created_at"]))
+    atomic_write_json(history, results)
+    write_report(results, paths.report, paths.plot)
+    summary = {"results": str(paths.results), "report": str(paths.report), "plot": str(paths.plot),
+               "history": str(history), "drafter": drafter["path"], "trained": drafter["trained"],
+               "engine_version": results["engine_version"], "gate": results["gate"]["status"],
+               "best_acceptance_length": results["gate"]["best_acceptance_length"],
+               "best_k": results["best_k"], "table": results["table"]}
+    if results["gate"]["status"] == "failed":
+        raise GateError(gate_error_text(results["gate"], str(paths.results)))
+    return summary
+
+
+def _assemble(cfg: PipelineConfig, drafter: dict, prompts: dict, runs: list[dict], handoffs: list[dict],
+              client_name: str) -> dict:
+    b = cfg.bench
+    rows = table(runs)
+    pooled = {r["k"]: pooled_acceptance(r, b.engine) for r in runs if r["k"]}
+    notes = []
+    if prompts["count"] < prompts["requested"]:
+        notes.append(f"only {prompts['count']} benchmark prompts were available (bench.num_prompts is "
+                     f"{prompts['requested']}); add prompts to the set or lower datagen.max_samples")
+    if prompts["multi_turn_reduced"]:
+        notes.append(f"{prompts['multi_turn_reduced']} multi-turn prompts were sent as their last user turn only "
+                     "(the load generators take one user message per request)")
+    if any(w["load"]["failed"] for r in runs for w in r["windows"]):
+        notes.append("some requests failed; see the `failed` column and the client logs")
+    ids, trained_on = drafter.get("config_aux_layer_ids"), drafter.get("aux_layer_ids_vllm")
+    if ids and trained_on and b.engine == "vllm":
+        # The extraction may list the final layer too (speculators' verifier_last_hidden_states); it is not an aux input.
+        last = num_hidden_layers(cfg.target.model)
+        if list(ids) != [i for i in trained_on if i != last]:
+            notes.append(f"the drafter config declares aux layers {ids} but it was trained on layers {trained_on} "
+                         "(vllm convention): vLLM serves it with other hidden states than it learned from")
+    public_prompts = {k: v for k, v in prompts.items() if k not in ("texts", "warmup_texts")}
+    now = datetime.now(timezone.utc)
+    return {
+        "schema": SCHEMA, "pipeline": cfg.name, "created_at": now.isoformat(timespec="seconds"),
+        "config_hash": cfg.fingerprint(), "bench_config_hash": cfg.fingerprint(PHASE), "pack_version": __version__,
+        "engine": b.engine, "engine_version": runs[0].get("engine_version", "unknown"),
+        "engine_versions": {r["label"]: r.get("engine_version") for r in runs},
+        "bench_client": client_name, "acceptance_source": acceptance_source(b.engine),
+        "target": {"model": str(cfg.target.model), "served_name": cfg.target.served_name,
+                   "dtype": cfg.target.dtype, "max_model_len": cfg.target.max_model_len,
+                   "tensor_parallel_size": cfg.target.tensor_parallel_size},
+        "gpus": list(cfg.gpus), "cpu_rehearsal": cfg.cpu_rehearsal, "drafter": drafter, "prompts": public_prompts,
+        "sampling": {"temperature": b.temperature, "max_tokens": b.max_tokens, "ignore_eos": b.ignore_eos,
+                     "warmup_prompts": b.warmup_prompts},
+        "num_speculative_tokens": list(b.num_speculative_tokens), "concurrency": list(b.concurrency),
+        "servers": runs, "handoffs": handoffs, "table": rows, "best_k": best_k(rows),
+        "acceptance_by_k": {str(k): v for k, v in pooled.items()},
+        "gate": evaluate_gate(pooled, bool(drafter["trained"]), b.acceptance_floor), "notes": notes,
+    }
