@@ -90,6 +90,8 @@ def _check_weights(engine: str, c: DrafterConfig, weights: dict[str, TensorInfo]
     allowed = {**exp.required, **exp.optional}
     renamed = {}  # present name -> the expected name it should have (an export fixes these)
     for name in present:
+        if name in exp.aliases:  # a name the engine itself maps (vLLM: midlayer.* -> layers.0.*)
+            continue
         for a, b in (("layers.0.", "midlayer."), ("midlayer.", "layers.0.")):
             if name.startswith(a) and name.replace(a, b, 1) in exp.required and name not in allowed:
                 renamed[name] = name.replace(a, b, 1)

@@ -11,20 +11,31 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
 from prefect.runtime import flow_run
 
-from eagle3.config import load_config
+from eagle3.config import PHASES, load_config
+from eagle3.errors import ConfigError
 from eagle3.pipeline import UPSTREAM, is_done, output_fingerprint, select_phases, state_dir, supervisor
 from tasks.handoff import gpu_handoff
 from tasks.phases import phase_task
 from tasks.preflight import preflight
 
+REPO = Path(__file__).resolve().parent.parent
 
-def teardown(flow, flow_run_obj, state) -> None:
-    """On crash or cancellation: Prefect does not kill child processes, so end what we own."""
-    config_path = (flow_run_obj.parameters or {}).get("config_path")
+
+def teardown(flow, flow_run, state) -> None:
+    """On crash or cancellation: Prefect does not kill child processes, so end what we own.
+    (Parameter names matter: after a worker kills the run, Prefect calls hooks by keyword.)"""
+    config_path = (flow_run.parameters or {}).get("config_path")
     if not config_path:
         return
+    if not Path(config_path).is_absolute() and not Path(config_path).exists():
+        config_path = REPO / config_path  # hooks may run outside the deployment's working directory
     cfg = load_config(config_path, check_files=False)
-    supervisor(cfg).sweep(cfg.handoff.grace_s)
+    outcomes = supervisor(cfg).sweep(cfg.handoff.grace_s)
+    from prefect.logging.loggers import flow_run_logger
+
+    flow_run_logger(flow_run, flow).info(
+        "teardown on %s: %d registered service(s) stopped%s", state.name if state else "?", len(outcomes),
+        "".join(f"; {o.name} (group {o.pgid}) {'clean' if o.clean else f'SURVIVORS {o.survivors}'}" for o in outcomes))
 
 
 def result_storage(cfg) -> Path:
@@ -62,4 +73,7 @@ def eagle3_pipeline(config_path: str, only: str | None = None, from_: str | None
                     force: list[str] | None = None, doctor: bool = True) -> dict:
     """Run the EAGLE-3 pipeline (all phases, `only` one, or `from_` one on), with handoffs;
     the preflight doctor runs first unless `doctor` is False."""
+    unknown = [p for p in (force or []) if p not in PHASES]
+    if unknown:  # a typo must not silently force nothing
+        raise ConfigError(f"force: unknown phase(s) {unknown}; choose from {', '.join(PHASES)}")
     return run_phases(str(Path(config_path).resolve()), select_phases(only, from_), list(force or []), doctor)

@@ -9,6 +9,7 @@ from prefect.runtime import task_run
 
 from eagle3.config import load_config
 from eagle3 import failures
+from tasks.bench_artifacts import publish_bench_artifacts
 from eagle3.pipeline import code_version, run_phase, state_dir
 
 
@@ -63,5 +64,7 @@ def phase_task(config_path: str, phase: str, upstream: str | None = None, force:
     create_markdown_artifact(key=f"{cfg.name}-{phase}".lower().replace("_", "-"),
                              markdown=f"### {phase} done\n\n| item | value |\n|---|---|\n{lines}\n",
                              description=f"{cfg.name}: {phase} summary")
+    if phase == "bench":
+        publish_bench_artifacts(cfg.name, summary)
     logger.info("phase %s done (output %s)", phase, marker["fingerprint"])
     return {"phase": phase, "fingerprint": marker["fingerprint"], "summary": summary}

@@ -252,3 +252,17 @@ def test_export_replaces_previous_export_atomically(tmp_path):
     assert not (out / "stale.txt").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".sg.")]
     shutil.rmtree(out)
+
+
+def test_vllm_accepts_midlayer_names(tmp_path):
+    """vLLM maps midlayer.* to layers.0.*: an EAGLE-reference-format drafter passes the vLLM gate."""
+    from eagle3.checkpoints import check_drafter
+    from eagle3.drafter_export import export_drafter
+
+    src = Path(__file__).resolve().parent / "fixtures" / "eagle3-tiny" / "drafter-trained"
+    if not src.is_dir():
+        pytest.skip("trained drafter fixture missing")
+    sg = tmp_path / "sglang-layout"
+    export_drafter(src, sg, "sglang")
+    report = check_drafter(sg, "vllm")
+    assert not [p for p in report.problems if p.where.startswith(("midlayer", "layers"))], report.render()

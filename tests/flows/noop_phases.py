@@ -1,0 +1,138 @@
+"""Instant stand-ins for the four phase bodies, swapped in through EAGLE3_PHASE_OVERRIDES so the
+orchestration (caching, retries, handoffs, deployments, workers) is exercised for real without
+engines. Used by tests/flows/ and bench/flow_overhead_bench.py.
+
+Each phase writes a small real output into its phase dir and appends one line per call to
+<run_dir>/counts/<phase> (so a test can count how often a body actually ran, across processes).
+Per-run-dir knobs in <run_dir>/knobs.json change behaviour:
+  {"sleep": {"bench": 3},                 seconds to sleep in that phase
+   "fail_once": {"train": "transient"},   first call raises TransientError ("transient") or GateError ("gate")
+   "child": ["datagen"]}                  launch a supervised `sleep 600` and block until killed
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from eagle3.errors import GateError, TransientError
+from eagle3.services import LaunchSpec
+
+TINY_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "tiny-cpu.yaml"
+OVERRIDES = {p: f"noop_phases:{p}" for p in ("datagen", "extract", "train", "bench")}
+
+
+def overrides_env() -> dict[str, str]:
+    """Environment that makes eagle3.pipeline use these phases (this dir must be importable)."""
+    here = str(Path(__file__).resolve().parent)
+    path = os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return {"EAGLE3_PHASE_OVERRIDES": json.dumps(OVERRIDES), "PYTHONPATH": path}
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_noop_config(directory: Path, name: str = "noop", knobs: dict | None = None) -> Path:
+    """A variant of configs/tiny-cpu.yaml that passes every file check without engines: a stub model
+    dir, this interpreter as the engine python, free ports, and a private shm dir for the handoff (the
+    machine's /dev/shm is not the test's to purge). Returns the config path; run_dir is directory/run."""
+    directory = Path(directory).resolve()
+    directory.mkdir(parents=True, exist_ok=True)
+    raw = yaml.safe_load(TINY_CONFIG.read_text())
+    model = directory / "model"
+    model.mkdir(exist_ok=True)
+    (model / "config.json").write_text(json.dumps({"model_type": "llama", "num_hidden_layers": 8}))
+    (directory / "shm").mkdir(exist_ok=True)
+    raw["name"] = name
+    raw["run_dir"] = str(directory / "run")
+    raw["target"]["model"] = str(model)
+    raw["datagen"]["prompts"] = str((TINY_CONFIG.parent / raw["datagen"]["prompts"]).resolve())
+    for env in raw["engines"].values():
+        env["python"] = sys.executable
+    for phase in ("datagen", "extract", "bench"):
+        raw[phase]["server"]["port"] = free_port()
+    raw["handoff"].update({"shm_dir": str(directory / "shm"), "grace_s": 2, "deadline_s": 10})
+    path = directory / "config.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    if knobs:
+        (directory / "run").mkdir(exist_ok=True)
+        (directory / "run" / "knobs.json").write_text(json.dumps(knobs))
+    return path
+
+
+def counts(run_dir: Path) -> dict[str, int]:
+    d = Path(run_dir) / "counts"
+    return {p: len((d / p).read_text().splitlines()) if (d / p).exists() else 0
+            for p in ("datagen", "extract", "train", "bench")}
+
+
+def calls(run_dir: Path, phase: str) -> list[dict]:
+    f = Path(run_dir) / "counts" / phase
+    return [json.loads(line) for line in f.read_text().splitlines()] if f.exists() else []
+
+
+def _knobs(cfg) -> dict:
+    f = cfg.run_dir / "knobs.json"
+    return json.loads(f.read_text()) if f.exists() else {}
+
+
+def _count(cfg, phase: str) -> int:
+    d = cfg.run_dir / "counts"
+    d.mkdir(parents=True, exist_ok=True)
+    with open(d / phase, "a") as f:  # one short O_APPEND write per call: atomic enough across processes
+        f.write(json.dumps({"pid": os.getpid(), "t": time.time()}) + "\n")
+    return len((d / phase).read_text().splitlines())
+
+
+def _phase(phase: str, cfg, sup, on_progress=None) -> dict:
+    n = _count(cfg, phase)
+    knobs = _knobs(cfg)
+    out = cfg.phase_dir(phase)
+    out.mkdir(parents=True, exist_ok=True)
+    kind = knobs.get("fail_once", {}).get(phase)
+    if kind and n == 1:
+        (out / "partial.txt").write_text("half done\n")
+        if kind == "gate":
+            raise GateError(f"{phase}: gate failed on purpose (call {n})")
+        raise TransientError(f"{phase}: transient failure on purpose (call {n})")
+    if phase in knobs.get("child", []):
+        proc = sup.launch(LaunchSpec(name=f"{phase}-child", argv=["sleep", "600"], log=out / "child.log", phase=phase))
+        (out / "child.json").write_text(json.dumps({"pid": proc.pid, "pgid": proc.entry.pgid,
+                                                    "start_ticks": proc.entry.start_ticks}))
+        while True:  # until the run is cancelled
+            time.sleep(0.2)
+    if knobs.get("sleep", {}).get(phase):
+        time.sleep(float(knobs["sleep"][phase]))
+    if on_progress:
+        on_progress(1, 1)
+    (out / "output.txt").write_text(f"{phase} output of call {n} (pid {os.getpid()})\n")
+    return {"calls": n, "output": str(out / "output.txt")}
+
+
+def datagen(cfg, sup, on_progress=None):
+    return _phase("datagen", cfg, sup, on_progress)
+
+
+def extract(cfg, sup, on_progress=None):
+    return _phase("extract", cfg, sup, on_progress)
+
+
+def train(cfg, sup, on_progress=None):
+    return _phase("train", cfg, sup, on_progress)
+
+
+def bench(cfg, sup, on_progress=None):
+    return _phase("bench", cfg, sup, on_progress)
+
+
+if __name__ == "__main__":
+    print(json.dumps(overrides_env()), file=sys.stdout)
