@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -85,6 +86,40 @@ def run(config: Path = ConfigArg,
     _print_outcome(cfg)
 
 
+@contextlib.contextmanager
+def _phase_command(sup, interrupted: str, resume: str = "a rerun resumes where this stopped", on_gate=None):
+    """What every single-phase command shares: SIGTERM unwinds like Ctrl-C, errors map to exit
+    codes (2 bad input, 1 failure, 130 interrupted), and the services the phase started are ended."""
+    from .errors import GateError
+
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        yield
+    except KeyboardInterrupt:
+        err.print(f"interrupted: {interrupted}")
+        raise typer.Exit(130)
+    except ConfigError as e:
+        fail(str(e))
+    except GateError as e:
+        if on_gate:
+            on_gate()
+        fail(str(e), code=1)
+    except PipelineError as e:
+        fail(f"{e}\n(retryable: {e.retryable}; {resume})", code=1)
+    finally:
+        if sup is not None:
+            sup.stop_all()
+
+
+def _progress_bar(label: str):
+    """A rich bar on stderr and the on_progress(done, total) callback that drives it."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err)
+    task = bar.add_task(label, total=None)
+    return bar, lambda done, total: bar.update(task, completed=done, total=total)
+
+
 def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -148,29 +183,13 @@ def datagen(config: Path = ConfigArg,
             ) -> None:
     """Phase 1 alone: regenerate the prompt set's answers with the target (resumes; refuses changed settings)."""
     cfg = _load(config)
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from .phases.datagen import run_datagen
     from .pipeline import supervisor
 
     sup = None if base_url else supervisor(cfg)
-    signal.signal(signal.SIGTERM, _raise_interrupt)  # unwind so the phase stops the server it started
-    bar = Progress(TextColumn("datagen"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err)
-    task = bar.add_task("datagen", total=None)
-    try:
-        with bar:
-            summary = run_datagen(cfg, sup, on_progress=lambda done, total: bar.update(task, completed=done, total=total),
-                                  base_url=base_url)
-    except KeyboardInterrupt:
-        err.print("interrupted: finished rows are kept; rerun to resume")
-        raise typer.Exit(130)
-    except ConfigError as e:
-        fail(str(e))
-    except PipelineError as e:
-        fail(f"{e}\n(retryable: {e.retryable}; a rerun resumes where this stopped)", code=1)
-    finally:
-        if sup is not None:
-            sup.stop_all()
+    bar, on_progress = _progress_bar("datagen")
+    with _phase_command(sup, "finished rows are kept; rerun to resume"), bar:
+        summary = run_datagen(cfg, sup, on_progress=on_progress, base_url=base_url)
     out.print(f"[green]datagen[/]: {summary.samples}/{summary.total} samples ({summary.new_samples} new, "
               f"{summary.resumed} resumed, {summary.failed} failed), {summary.completion_tokens} tokens at "
               f"{summary.output_tok_s:.1f} tok/s, {summary.retries} retries -> {summary.output}")
@@ -184,8 +203,6 @@ def extract(config: Path = ConfigArg,
     import logging
 
     cfg = _load(config)
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from .phases.extract import run_extract
     from .pipeline import supervisor
 
@@ -193,22 +210,9 @@ def extract(config: Path = ConfigArg,
     phase_log.setLevel(logging.INFO)
     phase_log.addHandler(logging.StreamHandler())
     sup = supervisor(cfg)
-    signal.signal(signal.SIGTERM, _raise_interrupt)  # unwind so the phase stops the server it started
-    bar = Progress(TextColumn("extract"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err)
-    task = bar.add_task("extract", total=None)
-    try:
-        with bar:
-            summary = run_extract(cfg, sup, force=force,
-                                  on_progress=lambda done, total: bar.update(task, completed=done, total=total))
-    except KeyboardInterrupt:
-        err.print("interrupted: finished hidden-state files are kept; rerun to resume")
-        raise typer.Exit(130)
-    except ConfigError as e:
-        fail(str(e))
-    except PipelineError as e:
-        fail(f"{e}\n(retryable: {e.retryable}; a rerun resumes where this stopped)", code=1)
-    finally:
-        sup.stop_all()
+    bar, on_progress = _progress_bar("extract")
+    with _phase_command(sup, "finished hidden-state files are kept; rerun to resume"), bar:
+        summary = run_extract(cfg, sup, force=force, on_progress=on_progress)
     out.print(f"[green]extract[/]: {summary.samples} hidden-state files ({summary.kept_files} kept, "
               f"{summary.new_files} new, {summary.redone_files} redone), layers {summary.layer_ids} "
               f"(vllm convention), {summary.total_tokens} tokens, {summary.total_bytes} bytes -> {summary.manifest}")
@@ -345,18 +349,8 @@ def train(config: Path = ConfigArg) -> None:
     from .pipeline import supervisor
 
     sup = supervisor(cfg)
-    signal.signal(signal.SIGTERM, _raise_interrupt)  # unwind so the trainer gets its grace period to save
-    try:
+    with _phase_command(sup, "the trainer saves interrupted/ within train.stop_grace_s; rerun to resume from it"):
         manifest = run_train(cfg, sup)
-    except KeyboardInterrupt:
-        err.print("interrupted: the trainer saves interrupted/ within train.stop_grace_s; rerun to resume from it")
-        raise typer.Exit(130)
-    except ConfigError as e:
-        fail(str(e))
-    except PipelineError as e:
-        fail(f"{e}\n(retryable: {e.retryable}; a rerun resumes where this stopped)", code=1)
-    finally:
-        sup.stop_all()
     label = "[green]TRAINED[/]" if manifest["trained"] else f"[bold yellow]{manifest['status']}[/]"
     out.print(f"train: {label}\n  checkpoint {manifest['checkpoint']} (gated for {manifest['engine']}, aux layer ids "
               f"{manifest['aux_layer_ids']} in the {manifest['aux_layer_ids_convention']} convention)\n"
@@ -417,31 +411,15 @@ def bench(config: Path = ConfigArg) -> None:
     """Phase 4 alone: baseline vs target + drafter for each k, on held-out prompts; writes results.json,
     report.md, bench.png and a copy in bench-history/. Exit 1 if a trained drafter fails the acceptance gate."""
     cfg = _load(config)
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from .errors import GateError
     from .phases.bench import BenchPaths, run_bench
     from .pipeline import supervisor
 
     sup = supervisor(cfg)
-    signal.signal(signal.SIGTERM, _raise_interrupt)  # unwind so the phase stops the server it started
-    bar = Progress(TextColumn("bench windows"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err)
-    task = bar.add_task("bench", total=None)
-    try:
-        with bar:
-            run_bench(cfg, sup, on_progress=lambda done, total: bar.update(task, completed=done, total=total))
-    except KeyboardInterrupt:
-        err.print("interrupted: finished server runs are kept in bench/servers/; rerun to resume")
-        raise typer.Exit(130)
-    except ConfigError as e:
-        fail(str(e))
-    except GateError as e:
-        out.print(BenchPaths.of(cfg).report.read_text())
-        fail(str(e), code=1)
-    except PipelineError as e:
-        fail(f"{e}\n(retryable: {e.retryable}; a rerun reuses the finished server runs)", code=1)
-    finally:
-        sup.stop_all()
+    bar, on_progress = _progress_bar("bench windows")
+    show_report = lambda: out.print(BenchPaths.of(cfg).report.read_text())  # noqa: E731
+    with _phase_command(sup, "finished server runs are kept in bench/servers/; rerun to resume",
+                        resume="a rerun reuses the finished server runs", on_gate=show_report), bar:
+        run_bench(cfg, sup, on_progress=on_progress)
     out.print(BenchPaths.of(cfg).report.read_text())
 
 

@@ -75,3 +75,12 @@ def tail(path: Path, max_bytes: int = 4000) -> str:
             return fh.read().decode(errors="replace")
     except FileNotFoundError:
         return ""
+
+
+def swap_in_dir(staged: Path, out_dir: Path, scratch: Path) -> None:
+    """Put a fully built `staged` dir at `out_dir` by rename; an old `out_dir` moves into `scratch`
+    (which the caller deletes), so readers see the old tree or the new one, never a mix."""
+    if out_dir.exists():
+        os.rename(out_dir, Path(scratch) / "previous")
+    os.rename(staged, out_dir)
+    fsync_dir(Path(out_dir).parent)

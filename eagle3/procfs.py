@@ -280,18 +280,5 @@ def socket_pids(inodes: set[int]) -> dict[int, set[int]]:
 
 def listening_ports(ports: set[int]) -> dict[int, str]:
     """Which of `ports` have a LISTEN socket on this host (any address), with a description."""
-    found: dict[int, str] = {}
-    for table in ("tcp", "tcp6"):
-        try:
-            lines = (PROC / "net" / table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            cols = line.split()
-            local, state = cols[1], cols[3]
-            if state != "0A":  # TCP_LISTEN
-                continue
-            port = int(local.rsplit(":", 1)[1], 16)
-            if port in ports:
-                found[port] = f"LISTEN on {table} inode {cols[9]}"
-    return found
+    return {port: f"LISTEN socket inode {', '.join(map(str, sorted(inodes)))}"
+            for port, inodes in listening_sockets(ports).items()}

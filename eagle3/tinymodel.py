@@ -17,7 +17,7 @@ from pathlib import Path
 
 from .config import DEFAULT_CONFIG, EngineEnv, load_config
 from .errors import ConfigError
-from .fsio import atomic_write_json, file_lock, fsync_dir, read_json
+from .fsio import atomic_write_json, file_lock, read_json, swap_in_dir
 from .services import LaunchSpec, Supervisor
 
 PACKAGE = Path(__file__).resolve().parent
@@ -95,10 +95,7 @@ def make_tiny_model(out_dir: Path, engine: EngineEnv, spec: TinyModelSpec = Tiny
             raise ConfigError(f"tiny-model builder exited 0 but did not write {missing} in {staged}; "
                               f"see {work / 'build.log'}")
         atomic_write_json(staged / STAMP, expected_stamp(spec))
-        if out_dir.exists():
-            os.rename(out_dir, work / "previous")
-        os.rename(staged, out_dir)
-        fsync_dir(out_dir.parent)
+        swap_in_dir(staged, out_dir, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return out_dir

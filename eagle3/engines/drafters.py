@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..config import EngineEnv
 from ..errors import ConfigError
-from ..fsio import atomic_write_json, file_lock, fsync_dir, read_json
+from ..fsio import atomic_write_json, file_lock, read_json, swap_in_dir
 from ..services import LaunchSpec, Supervisor
 
 BUILDER = Path(__file__).resolve().parent.parent / "engine_side" / "make_eagle3_drafter.py"
@@ -78,10 +78,7 @@ def make_drafter(out_dir: Path, target: Path, engine: EngineEnv, spec: DrafterSp
         if missing:
             raise ConfigError(f"drafter builder exited 0 but did not write {missing}; see {work / 'build.log'}")
         atomic_write_json(staged / STAMP, expected_stamp(target, spec))
-        if out_dir.exists():
-            os.rename(out_dir, work / "previous")
-        os.rename(staged, out_dir)
-        fsync_dir(out_dir.parent)
+        swap_in_dir(staged, out_dir, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return out_dir
