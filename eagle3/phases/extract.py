@@ -44,7 +44,7 @@ from ..engines.serving import base_url, start_server
 from ..errors import ConfigError, GateError, PipelineError, TransientError
 from ..fsio import atomic_write_json, file_lock, read_json
 from ..services import LaunchSpec, Process, Supervisor, StopOutcome, stop_entry
-from .extract_disk import bytes_per_token, check_disk, estimate_from_samples, exact_estimate
+from .extract_disk import DiskSpaceError, bytes_per_token, check_disk, estimate_from_samples, exact_estimate
 from .extract_manifest import (CONVENTION, CONVENTION_NOTE, DTYPE_BYTES, FILE_PATTERN, ExtractManifest, LayerPlan,
                                extraction_dtype, read_extract_manifest, resolve_layer_plan, write_manifest)
 from .hs_files import HS_NAME, Expect, PreparedIndex, Scan, scan_dir
@@ -282,6 +282,18 @@ def _generate(cfg: PipelineConfig, sup: Supervisor, server: Process, paths: Extr
         _run_against(sup, server, _command(cfg, paths, "generate-offline-data", argv))
 
 
+def _raise_if_disk_full(paths: ExtractPaths, exact, err: Exception) -> None:
+    """A writer that died on a full disk often cannot even log why (its log is on that disk too), so
+    its exit code alone would not say it: check the space the missing files need, and say so."""
+    present = sum(p.stat().st_size for p in paths.hidden_states.glob("hs_*.safetensors"))
+    try:
+        check_disk(exact, present, paths.hidden_states, limit=None)
+    except DiskSpaceError as full:
+        raise DiskSpaceError(f"extraction stopped: the disk filled up while hidden states were written. {full}. "
+                             "Complete files are kept; a half-written one fails the check and is redone on the "
+                             "rerun.") from err
+
+
 # ---- the phase -------------------------------------------------------------------------------------
 
 def _clean_scan(paths: ExtractPaths, scan: Scan) -> None:
@@ -372,7 +384,11 @@ def _run_locked(cfg: PipelineConfig, sup: Supervisor, paths: ExtractPaths, plan:
         if missing:
             log.info("extract: %d of %d hidden-state files to write (%d valid kept, %d invalid redone)",
                      missing, index.num_samples, len(before.valid), len(before.invalid))
-            _generate(cfg, sup, ensure_server(), paths, index.num_samples, on_progress)
+            try:
+                _generate(cfg, sup, ensure_server(), paths, index.num_samples, on_progress)
+            except PipelineError as e:
+                _raise_if_disk_full(paths, exact, e)
+                raise
         elif on_progress is not None:
             on_progress(index.num_samples, index.num_samples)
     finally:

@@ -149,7 +149,14 @@ def read_extract_manifest(cfg: PipelineConfig, check_config: bool = True) -> Ext
     current config still resolves to the same layers, so a later phase cannot silently train or
     serve with other ids than the hidden states hold."""
     path = manifest_path(cfg)
-    raw = read_json(path)
+    try:
+        raw = read_json(path)
+    except (ValueError, OSError) as e:  # damaged on disk: name the file, never a bare decoder error
+        raise ManifestError(f"{path}: unreadable extraction manifest ({e}); redo the extract phase "
+                            "(`eagle3 run --from extract --force extract`)") from None
+    if raw is not None and not isinstance(raw, dict):
+        raise ManifestError(f"{path}: malformed manifest (a JSON {type(raw).__name__}, not an object); "
+                            "redo the extract phase")
     if raw is None:
         raise ManifestError(f"{path}: no extraction manifest; run the extract phase first "
                             "(`eagle3 extract CONFIG` or `eagle3 run --from extract`)")

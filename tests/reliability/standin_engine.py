@@ -1,0 +1,162 @@
+"""A stand-in for the engines' command-line tools (`vllm`, `speculators`, an SGLang command prefix),
+installed by tests/reliability/standins.py as the console scripts of a fake engine venv. It runs as
+a real process under the pack's Supervisor, exactly where the real engine would, and behaves as
+its environment says (engines.<name>.env in the test's config reaches it):
+
+  STANDIN_RECORD=FILE   append {"argv": sys.argv, "env": {...}, "pid", "pgid"} as one JSON line
+  STANDIN_MODE (for `vllm serve` / `sglang.launch_server`):
+      ok         listen on --host/--port; /health 200, /v1/models lists --served-model-name
+      never-200  listen and answer every request 503, logging a line every 0.2 s (busy, never ready)
+      silent     listen but never answer and never write to the log again (a hung startup)
+      exit       print an error and exit 1 at once
+      record     record the argv and exit 0 (any command)
+  STANDIN_CONTROL=DIR   (generate-offline-data) after STANDIN_PAUSE_AFTER files, create DIR/paused
+                        and wait for DIR/go before writing the rest
+  STANDIN_FSIZE=N       (generate-offline-data) instead of pausing, limit its file size (RLIMIT_FSIZE)
+Stdlib only: it runs under the pack's own interpreter, not the engine venv.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import struct
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+def flag(name: str, default: str | None = None) -> str | None:
+    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv[:-1] else default
+
+
+def record() -> None:
+    path = os.environ.get("STANDIN_RECORD")
+    if not path:
+        return
+    env = {k: v for k, v in os.environ.items()
+           if k.startswith(("STANDIN_", "EAGLE3_", "VLLM_API", "OPENAI_API")) or k == "PYTHONPATH"}
+    line = json.dumps({"argv": sys.argv, "env": env, "pid": os.getpid(), "pgid": os.getpgid(0)})
+    with open(path, "a") as fh:
+        fh.write(line + "\n")
+
+
+# ---- servers -------------------------------------------------------------------------------------
+
+def serve(mode: str) -> None:
+    host, port = flag("--host", "127.0.0.1"), int(flag("--port", "0"))
+    served = flag("--served-model-name", "target")
+    if mode == "exit":
+        print("ERROR stand-in engine: RuntimeError: Engine core initialization failed", flush=True)
+        sys.exit(1)
+    if mode == "silent":
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen()  # connections queue up; nothing ever answers, nothing more is logged
+        print("INFO loading weights ... (then nothing: a hung startup)", flush=True)
+        while True:
+            time.sleep(1)
+
+    class Handler(BaseHTTPRequestHandler):
+        def _reply(self, code: int, body: dict) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):  # noqa: N802
+            if mode == "never-200":
+                return self._reply(503, {"status": "starting"})
+            if self.path == "/health":
+                return self._reply(200, {})
+            if self.path == "/v1/models":
+                return self._reply(200, {"object": "list", "data": [{"id": served, "object": "model"}]})
+            return self._reply(404, {"error": "not found"})
+
+        def log_message(self, fmt, *args):
+            pass
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    print(f"INFO stand-in {mode} server on {host}:{port}", flush=True)
+    if mode == "never-200":
+        def chatter() -> None:
+            while True:
+                print("INFO engine core still initialising, waiting", flush=True)
+                time.sleep(0.2)
+
+        threading.Thread(target=chatter, daemon=True).start()
+    server.serve_forever()
+
+
+# ---- generate-offline-data -------------------------------------------------------------------------
+
+def safetensors_bytes(seq: int, layers: int, hidden: int, ids: list[int]) -> bytes:
+    hs = seq * layers * hidden * 4
+    header = {"hidden_states": {"dtype": "F32", "shape": [seq, layers, hidden], "data_offsets": [0, hs]},
+              "token_ids": {"dtype": "I64", "shape": [seq], "data_offsets": [hs, hs + 8 * seq]}}
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    return struct.pack("<Q", len(raw)) + raw + bytes(hs) + struct.pack(f"<{seq}q", *ids)
+
+
+def generate_offline_data() -> None:
+    """Writes hs_{i}.safetensors for the ids the test put in prepared/ids.json, straight into the
+    output dir with plain writes (no temp file, no rename): a full disk leaves a half-written file,
+    and the error propagates as an uncaught OSError, as a naive writer would."""
+    prepared, output = flag("--preprocessed-data"), flag("--output")
+    spec = json.loads(open(os.path.join(prepared, "ids.json")).read())
+    os.makedirs(output, exist_ok=True)
+    control = os.environ.get("STANDIN_CONTROL")
+    pause_after = int(os.environ.get("STANDIN_PAUSE_AFTER", "-1"))
+    written = 0
+    for i, ids in enumerate(spec["ids"]):
+        path = os.path.join(output, f"hs_{i}.safetensors")
+        if os.path.exists(path):
+            continue  # resume: the real client skips existing readable files too
+        if written == pause_after and os.environ.get("STANDIN_FSIZE"):
+            import resource, signal  # noqa: E401 - where no small filesystem can be mounted:
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG) mid-file
+            limit = int(os.environ["STANDIN_FSIZE"])
+            resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+        elif control and written == pause_after:
+            open(os.path.join(control, "paused"), "w").close()
+            while not os.path.exists(os.path.join(control, "go")):
+                time.sleep(0.02)
+        data = safetensors_bytes(len(ids), spec["layers"], spec["hidden"], ids)
+        with open(path, "wb") as fh:
+            for start in range(0, len(data), 4096):
+                fh.write(data[start:start + 4096])
+                fh.flush()
+        written += 1
+        print(f"wrote {path} ({len(data)} bytes)", flush=True)
+    print(f"generate-offline-data: {written} files written", flush=True)
+
+
+def ids_digest(ids: list[int]) -> str:
+    """The prepared-index hash (eagle3/engine_side/index_prepared.py)."""
+    return hashlib.sha256(struct.pack(f"<{len(ids)}q", *ids)).hexdigest()[:16]
+
+
+def main() -> None:
+    record()
+    args = sys.argv[1:]
+    mode = os.environ.get("STANDIN_MODE", "ok")
+    if mode == "record":
+        return
+    if "serve" in args[:1] or "sglang.launch_server" in args:
+        serve(mode)
+    elif args[:1] == ["generate-offline-data"]:
+        generate_offline_data()
+    else:
+        print(f"stand-in: {os.path.basename(sys.argv[0])} {args[:1]} recorded", flush=True)
+
+
+if __name__ == "__main__":
+    main()
+
