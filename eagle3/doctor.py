@@ -191,6 +191,25 @@ def _flag_value(args: list[str], flag: str) -> str | None:
     return None
 
 
+def check_model_files(cfg: PipelineConfig) -> Check:
+    model = cfg.target.model
+    weights = [p.name for pat in ("*.safetensors", "*.bin", "*.pt") for p in model.glob(pat)]
+    index = list(model.glob("*.index.json"))
+    if not weights:
+        return Check("model-files", FAIL, f"{model} has config.json but no weight files (*.safetensors, *.bin)",
+                     "finish the download/copy of the model; the engine would fail only after starting")
+    for idx in index:
+        try:
+            shards = set(json.loads(idx.read_text()).get("weight_map", {}).values())
+        except ValueError:
+            return Check("model-files", FAIL, f"{idx} is not valid JSON", "restore the model's index file")
+        missing = sorted(s for s in shards if not (model / s).is_file())
+        if missing:
+            return Check("model-files", FAIL, f"{idx.name} names {len(missing)} missing shard(s), e.g. {missing[:3]}",
+                         "finish the download/copy of the model")
+    return Check("model-files", PASS, f"{len(weights)} weight file(s) present")
+
+
 def check_ports(cfg: PipelineConfig) -> Check:
     ports = {cfg.datagen.server.port, cfg.extract.server.port, cfg.bench.server.port, *cfg.handoff.extra_ports}
     busy = procfs.listening_ports(ports)
@@ -304,6 +323,7 @@ def run_doctor(cfg: PipelineConfig, sup: Supervisor | None = None, engines: bool
         checks.extend(items)
 
     timed(check_gpus, cfg)
+    timed(check_model_files, cfg)
     timed(check_ports, cfg)
     timed(check_shm, cfg)
     timed(check_disk, cfg)

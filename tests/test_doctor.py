@@ -67,7 +67,11 @@ def test_disk_limit_too_small_fails(make_config, tiny_model):
     assert c.status == FAIL and "max_disk_bytes" in c.reason
 
 
-def test_busy_port_fails(cfg):
+def test_busy_port_fails(make_config, tiny_model):
+    from tests.conftest import free_port
+
+    cfg = make_config({"bench": {"server": {"port": free_port()}}, "datagen": {"server": {"port": free_port()}},
+                       "extract": {"server": {"port": free_port()}}})
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind(("127.0.0.1", cfg.bench.server.port))
@@ -131,7 +135,20 @@ def test_doctor_exit_1_on_fail(make_config, tmp_path, tiny_model):
 
 def test_run_doctor_without_engines_lists_every_static_check(cfg):
     names = [c.name for c in run_doctor(cfg, engines=False)]
-    assert names[:5] == ["gpus", "ports", "shm", "disk", "aux-layers"]
+    assert names[:6] == ["gpus", "model-files", "ports", "shm", "disk", "aux-layers"]
+
+
+def test_model_dir_without_weights_fails(make_config, tmp_path):
+    from eagle3.doctor import check_model_files
+
+    model = _fake_target(tmp_path, "noweights", {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 8,
+                                                 "hidden_size": 64})
+    c = check_model_files(make_config({"target": {"model": str(model)}}))
+    assert c.status == FAIL and "no weight files" in c.reason
+    (model / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"a": "model-00001.safetensors"}}))
+    (model / "model-00002.safetensors").write_bytes(b"x")
+    c = check_model_files(make_config({"target": {"model": str(model)}}))
+    assert c.status == FAIL and "model-00001.safetensors" in c.reason
 
 
 def _train_manifest(cfg, checkpoint: Path, ids: list[int]) -> None:
