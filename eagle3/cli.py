@@ -142,7 +142,9 @@ def _print_outcome(cfg) -> None:
             out.print(f"[green]done[/] {phase:8s} output {marker['fingerprint']}  ({cfg.phase_dir(phase)})")
     report = cfg.phase_dir("bench") / "report.md"
     if report.exists():
-        out.print(report.read_text())
+        out.print(report.read_text(), markup=False, highlight=False, soft_wrap=True)
+        out.print(f"report: {report}\nplot:   {report.with_name('bench.png')}\n"
+                  f"json:   {report.with_name('results.json')}", markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command("make-tiny-model")
@@ -416,11 +418,11 @@ def bench(config: Path = ConfigArg) -> None:
 
     sup = supervisor(cfg)
     bar, on_progress = _progress_bar("bench windows")
-    show_report = lambda: out.print(BenchPaths.of(cfg).report.read_text())  # noqa: E731
+    show_report = lambda: out.print(BenchPaths.of(cfg).report.read_text(), markup=False)  # noqa: E731
     with _phase_command(sup, "finished server runs are kept in bench/servers/; rerun to resume",
                         resume="a rerun reuses the finished server runs", on_gate=show_report), bar:
         run_bench(cfg, sup, on_progress=on_progress)
-    out.print(BenchPaths.of(cfg).report.read_text())
+    out.print(BenchPaths.of(cfg).report.read_text(), markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command("make-test-drafter")
