@@ -24,6 +24,16 @@ def engine_available() -> bool:
 requires_engine = pytest.mark.skipif(not engine_available(), reason="engine venv missing: run `make engine-env`")
 
 
+@pytest.fixture
+def spawner():
+    """Starts helper processes for a test and ends them (by PID) afterwards."""
+    from tests.procutil import Spawner
+
+    s = Spawner()
+    yield s
+    s.cleanup()
+
+
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO

@@ -44,6 +44,10 @@ while True: time.sleep(1)
 """
 
 
+DEAF = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('ready', flush=True)\n" \
+       "while True: time.sleep(1)\n"
+
+
 def wait_until(cond, timeout: float = 10.0, what: str = "condition", step: float = 0.02):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -11,7 +11,7 @@ import pytest
 
 from eagle3.gpus import GpuQueryError, NvmlBackend, NvmlUnavailable, idle_checker
 from tests.fakegpu import FakeGpuBackend
-from tests.procutil import HOLD, PY, Spawner, wait_until
+from tests.procutil import HOLD, PY, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -40,13 +40,6 @@ def test_gpus_command_says_plainly_there_is_no_gpu():
     assert text.returncode == 0 and text.stdout.startswith("No NVIDIA GPU here")
     data = json.loads(subprocess.run([eagle3, "gpus", "--json"], capture_output=True, text=True, timeout=60).stdout)
     assert data["available"] is False and data["gpus"] == [] and "NVML" in data["reason"]
-
-
-@pytest.fixture
-def spawner():
-    s = Spawner()
-    yield s
-    s.cleanup()
 
 
 def test_fake_backend_follows_real_holders(tmp_path, spawner):

@@ -20,16 +20,9 @@ from eagle3.handoff import handoff_for_config, ports_for, run_handoff
 from eagle3.handoff_view import to_markdown, to_text
 from eagle3.services import Entry, LaunchSpec, Registry, Supervisor, state_dir_for
 from tests.fakegpu import FakeGpuBackend
-from tests.procutil import HOLD, LISTEN, PY, SLEEP, Spawner, free_port, gone, holds, wait_until
+from tests.procutil import HOLD, LISTEN, PY, SLEEP, free_port, gone, holds, wait_until
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture
-def spawner():
-    s = Spawner()
-    yield s
-    s.cleanup()
 
 
 @pytest.fixture

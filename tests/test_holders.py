@@ -11,7 +11,7 @@ from eagle3 import procfs
 from eagle3.holders import Ownership, find_holders
 from eagle3.services import LaunchSpec, Supervisor, state_dir_for
 from tests.fakegpu import FakeGpuBackend
-from tests.procutil import HOLD, PY, Spawner, wait_until
+from tests.procutil import HOLD, PY, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -22,13 +22,6 @@ w = subprocess.Popen([sys.executable, "-c", sys.argv[2], sys.argv[1]], env={})
 print("worker", w.pid, flush=True)
 while True: time.sleep(1)
 """
-
-
-@pytest.fixture
-def spawner():
-    s = Spawner()
-    yield s
-    s.cleanup()
 
 
 def test_classification(tmp_path, spawner):

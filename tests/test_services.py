@@ -19,7 +19,7 @@ from eagle3.errors import CommandFailed, HandoffError, ServiceExited, ServiceHun
 from eagle3.services import (OWNER_ENV, SERVICE_ENV, Entry, HttpProbe, LaunchSpec, LogProbe, Registry, Supervisor,
                              Watchdog, state_dir_for)
 from eagle3.systemd import stop_units
-from tests.procutil import PY, SLEEP, Spawner, free_port, gone, wait_until
+from tests.procutil import DEAF, PY, SLEEP, free_port, gone, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -32,16 +32,6 @@ LAUNCHER = textwrap.dedent("""
     import os; os.replace(sys.argv[1] + ".tmp", sys.argv[1])
     print("launched", flush=True)
 """)
-
-DEAF = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('ready', flush=True)\n" \
-       "while True: time.sleep(1)\n"
-
-
-@pytest.fixture
-def spawner():
-    s = Spawner()
-    yield s
-    s.cleanup()
 
 
 @pytest.fixture

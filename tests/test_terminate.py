@@ -9,19 +9,9 @@ import pytest
 
 from eagle3 import procfs
 from eagle3.terminate import end_processes
-from tests.procutil import SLEEP, Spawner
+from tests.procutil import DEAF, SLEEP
 
 pytestmark = pytest.mark.timeout(60)
-
-DEAF = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('ready', flush=True)\n" \
-       "while True: time.sleep(1)\n"
-
-
-@pytest.fixture
-def spawner():
-    s = Spawner()
-    yield s
-    s.cleanup()
 
 
 def target(p):

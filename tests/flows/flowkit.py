@@ -13,6 +13,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from uuid import UUID
 
+from tests.procutil import wait_until  # noqa: F401 (re-exported for the flow tests)
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import noop_phases  # noqa: E402
 
@@ -79,16 +81,6 @@ def end_leftovers(key: str, value: str, exclude_pgids: set[int] = frozenset()) -
 def end_session_leftovers(home: Path, exclude_pgids: set[int] = frozenset()) -> list[int]:
     """Every process of a session's PREFECT_HOME (call only when nothing of it should run any more)."""
     return end_leftovers("PREFECT_HOME", str(home), exclude_pgids)
-
-
-def wait_until(cond, timeout: float, what: str, step: float = 0.5):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(step)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 @dataclass

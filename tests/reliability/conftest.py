@@ -8,14 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.procutil import Spawner
-
-
-@pytest.fixture
-def spawner():
-    s = Spawner()
-    yield s
-    s.cleanup()
 
 
 def _mount_tmpfs(path: Path, size: str) -> str | None:
