@@ -119,22 +119,25 @@ def uid_of(pid: int) -> int | None:
         return None
 
 
+def fd_links(pid: int):
+    """(fd path, link target) for each open fd of `pid`; nothing if it is gone or unreadable."""
+    fd_dir = f"/proc/{pid}/fd/"  # plain strings: pathlib costs more than the syscalls here
+    try:
+        fds = os.listdir(fd_dir)
+    except OSError:
+        return
+    for fd in fds:
+        try:
+            yield fd_dir + fd, os.readlink(fd_dir + fd)
+        except OSError:
+            continue
+
+
 def open_paths(pid: int, needle: str | None = None) -> set[str]:
     """Targets of the process's open fds plus file-backed mappings (a mapping outlives its fd).
     With `needle`, only paths containing it are returned, and a maps file without it is not parsed
     (a CUDA process maps thousands of regions; scanning every process must stay cheap)."""
-    found: set[str] = set()
-    fd_dir = f"/proc/{pid}/fd/"  # plain strings: pathlib costs more than the syscalls here
-    try:
-        for fd in os.listdir(fd_dir):
-            try:
-                target = os.readlink(fd_dir + fd)
-            except OSError:
-                continue
-            if needle is None or needle in target:
-                found.add(target)
-    except OSError:
-        return found
+    found = {target for _, target in fd_links(pid) if needle is None or needle in target}
     try:
         with open(f"/proc/{pid}/maps", "rb") as fh:
             raw = fh.read()
@@ -172,16 +175,11 @@ def open_inodes_under(prefix: str) -> dict[tuple[int, int], set[int]]:
     for pid in all_pids():
         if not alive(pid):
             continue
-        fd_dir = PROC / str(pid) / "fd"
-        try:
-            fds = os.listdir(fd_dir)
-        except OSError:
-            continue
-        for fd in fds:
+        for fd_path, target in fd_links(pid):
+            if not target.startswith(prefix):
+                continue
             try:
-                if not os.readlink(fd_dir / fd).startswith(prefix):
-                    continue
-                st = os.stat(fd_dir / fd)
+                st = os.stat(fd_path)
             except OSError:
                 continue
             result.setdefault((st.st_dev, st.st_ino), set()).add(pid)
@@ -263,16 +261,7 @@ def socket_pids(inodes: set[int]) -> dict[int, set[int]]:
     if not wanted:
         return result
     for pid in all_pids():
-        fd_dir = f"/proc/{pid}/fd/"
-        try:
-            fds = os.listdir(fd_dir)
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                target = os.readlink(fd_dir + fd)
-            except OSError:
-                continue
+        for _, target in fd_links(pid):
             if target in wanted:
                 result.setdefault(wanted[target], set()).add(pid)
     return result
