@@ -17,7 +17,7 @@ from pathlib import Path
 
 from . import procfs
 from .config import PipelineConfig, default_aux_layer_ids, num_hidden_layers
-from .errors import CommandFailed, PipelineError, ServiceError
+from .errors import CommandFailed, PipelineError
 from .fsio import atomic_write_json, read_json
 from .services import LaunchSpec, Supervisor
 

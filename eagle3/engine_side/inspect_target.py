@@ -53,7 +53,7 @@ def eagle_attribute_reads(source: str) -> tuple[dict, list[str] | None]:
         return None
 
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.If) and (names := arch_names(node.test)) is not None:
+        if isinstance(node, ast.If) and arch_names(node.test) is not None:
             chain = node
             while True:
                 path = value_read(chain.body)

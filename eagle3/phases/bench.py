@@ -50,6 +50,7 @@ from ..openai_client import OpenAIClient, RetryPolicy
 from ..prompts import load_prompts
 from ..report import write_report
 from ..services import LaunchSpec, Process, Supervisor
+from . import ProgressFn
 from .datagen import _run as run_coroutine  # asyncio.run, also from inside a running event loop
 
 PHASE = "bench"
@@ -58,8 +59,6 @@ HISTORY_DIRNAME = "bench-history"
 WINDOW_ATTEMPTS = 3  # measurements of one window before foreign traffic fails the phase
 
 log = logging.getLogger("eagle3.bench")
-ProgressFn = Callable[[int, int], None]
-
 
 @dataclass(frozen=True)
 class BenchPaths:

@@ -31,12 +31,13 @@ from ..appendlog import AppendLog, recover
 from ..config import PipelineConfig
 from ..engines.serving import base_url as server_url
 from ..engines.serving import start_server
-from ..errors import ConfigError, GateError, PipelineError, TransientError
-from ..fsio import atomic_write_json, file_lock, read_json
+from ..errors import ConfigError, GateError, TransientError
+from ..fsio import atomic_write_json, read_json
 from ..openai_client import (EndpointConfigError, InvalidResponse, OpenAIClient, RequestRejected, RetriesExhausted,
                              RetryPolicy)
 from ..prompts import Prompt, PromptSet, load_prompts
 from ..services import Process, Supervisor
+from . import ProgressFn, exclusive_phase_dir
 
 PHASE = "datagen"
 SEED_POLICY = "seed + sha256(id)"  # recorded: per-id seeds keep a resumed row identical to an uninterrupted one
@@ -44,13 +45,6 @@ WATCH_S = 0.5
 PROGRESS_EVERY_S = 0.1
 
 log = logging.getLogger("eagle3.datagen")
-ProgressFn = Callable[[int, int], None]
-
-
-class RunDirBusy(PipelineError):
-    """Another data-generation client holds this phase dir."""
-
-
 @dataclass(frozen=True)
 class DatagenPaths:
     dir: Path
@@ -336,12 +330,8 @@ def run_datagen(cfg: PipelineConfig, sup: Supervisor | None, on_progress: Progre
     t_start = time.monotonic()
     paths = DatagenPaths.of(cfg)
     paths.dir.mkdir(parents=True, exist_ok=True)
-    try:
-        with file_lock(paths.lock, blocking=False):
-            return _run_locked(cfg, sup, paths, on_progress, base_url, t_start)
-    except BlockingIOError:
-        raise RunDirBusy(f"{paths.dir}: another data-generation client is running on this run dir; "
-                         "wait for it to finish or stop it, then rerun") from None
+    with exclusive_phase_dir(paths.lock, "data-generation client"):
+        return _run_locked(cfg, sup, paths, on_progress, base_url, t_start)
 
 
 def _run_locked(cfg: PipelineConfig, sup: Supervisor | None, paths: DatagenPaths, on_progress: ProgressFn | None,

@@ -35,15 +35,15 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
 
 from ..config import PipelineConfig
 from ..engines import hidden_states as hs_server
 from ..engines import speculators as spec_cli
 from ..engines.serving import base_url, start_server
 from ..errors import ConfigError, GateError, PipelineError, TransientError
-from ..fsio import atomic_write_json, file_lock, read_json
+from ..fsio import atomic_write_json, read_json
 from ..services import LaunchSpec, Process, Supervisor, StopOutcome, stop_entry
+from . import ProgressFn, exclusive_phase_dir
 from .extract_disk import DiskSpaceError, bytes_per_token, check_disk, estimate_from_samples, exact_estimate
 from .extract_manifest import (CONVENTION, CONVENTION_NOTE, DTYPE_BYTES, FILE_PATTERN, ExtractManifest, LayerPlan,
                                extraction_dtype, read_extract_manifest, resolve_layer_plan, write_manifest)
@@ -55,13 +55,6 @@ __all__ = ["run_extract", "read_extract_manifest", "ExtractManifest", "ExtractSu
 PHASE = "extract"
 SMALL_FILE = 16 * 2**20  # model files up to this size are hashed; larger ones (weights) by name and size
 log = logging.getLogger("eagle3.extract")
-ProgressFn = Callable[[int, int], None]
-
-
-class RunDirBusy(PipelineError):
-    """Another extraction holds this phase dir."""
-
-
 @dataclass(frozen=True)
 class ExtractPaths:
     dir: Path
@@ -321,15 +314,12 @@ def run_extract(cfg: PipelineConfig, sup: Supervisor | None = None, on_progress:
         raise ConfigError(f"phase 'extract' needs phase 1's output {samples}; run the datagen phase first "
                           "(`eagle3 run --only datagen`)")
     paths.dir.mkdir(parents=True, exist_ok=True)
-    try:
-        with file_lock(paths.lock, blocking=False):
-            if sup is None:
-                from ..pipeline import supervisor
+    with exclusive_phase_dir(paths.lock, "extraction"):
+        if sup is None:
+            from ..pipeline import supervisor
 
-                sup = supervisor(cfg)
-            return _run_locked(cfg, sup, paths, plan, samples, on_progress, force, t0)
-    except BlockingIOError:
-        raise RunDirBusy(f"{paths.dir}: another extraction is running on this run dir; wait for it or stop it") from None
+            sup = supervisor(cfg)
+        return _run_locked(cfg, sup, paths, plan, samples, on_progress, force, t0)
 
 
 def _run_locked(cfg: PipelineConfig, sup: Supervisor, paths: ExtractPaths, plan: LayerPlan, samples: Path,

@@ -29,7 +29,6 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from ..checkpoints import GateReport, check_drafter, needs_export
 from ..config import PipelineConfig
@@ -40,6 +39,7 @@ from ..errors import CommandFailed, ConfigError, GateError, PipelineError, Trans
 from ..fsio import atomic_write_json, fsync_dir, read_json
 from ..services import LaunchSpec, Supervisor
 from ..train_resume import INTERRUPTED, checkpoint_freq_allows_resume, finished_checkpoint, prepare_resume
+from . import ProgressFn
 from .extract_manifest import ExtractManifest, manifest_path, read_extract_manifest
 
 PHASE = "train"
@@ -48,8 +48,6 @@ UNTRAINED = ("UNTRAINED: speculators train --dry-run (no accelerator); initialis
              "acceptance measured with it says nothing about a trained drafter")
 # SGLang's EAGLE-3 drafter has none of these options (eagle3-tools.md §5); train without them.
 SGLANG_TRAIN_FLAGS = ["--no-norm-before-fc", "--no-norm-before-residual", "--no-norm-output"]
-
-ProgressFn = Callable[[int, int], None]
 
 
 class TrainingStopped(TransientError):
