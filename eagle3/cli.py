@@ -98,8 +98,6 @@ def run(config: Path = ConfigArg,
         fail("--only and --from cannot be combined; pick one")
     cfg = _load(config)
     _prefect_defaults()
-    from flows.pipeline import eagle3_pipeline  # the orchestration layer; the core stays Prefect-free
-
     from .pipeline import supervisor
 
     # SIGTERM (a scheduler, `kill`) must unwind like Ctrl-C so the finally below ends our services.
@@ -109,8 +107,10 @@ def run(config: Path = ConfigArg,
         _lease(stack, cfg.run_dir, list(cfg.gpus), wait)
         try:
             _recover(cfg, sup)
-            if not os.environ.get("PREFECT_API_URL"):
-                _start_prefect_server(cfg, sup)
+            from flows.local_server import api_server  # the orchestration layer; the core stays Prefect-free
+            from flows.pipeline import eagle3_pipeline
+
+            stack.enter_context(api_server(sup, cfg.run_dir / "logs"))
             state = eagle3_pipeline(config_path=str(config.resolve()), only=only, from_=from_, force=list(force),
                                     doctor=doctor, return_state=True)
         except KeyboardInterrupt:
@@ -173,14 +173,6 @@ def _raise_interrupt(signum, frame):
 def _prefect_defaults() -> None:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
-
-def _start_prefect_server(cfg, sup) -> None:
-    """Without a Prefect server configured, the run starts its own (a run-scoped service: ended
-    with the run, and by the next run's recovery if this one is killed)."""
-    from flows.local_server import start_local_server, use_server
-
-    _, url = start_local_server(sup, cfg.run_dir / "logs")
-    use_server(url)
 
 
 def _print_outcome(cfg) -> None:

@@ -9,12 +9,13 @@ stopped when the run ends, and found and ended by the next run's recovery handof
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import os
 import socket
 import sys
 from pathlib import Path
-
-import prefect
+from typing import Iterator
 
 from eagle3.services import HttpProbe, LaunchSpec, Process, Supervisor
 
@@ -31,7 +32,8 @@ def _free_port() -> int:
 def start_local_server(sup: Supervisor, log_dir: Path) -> tuple[Process, str]:
     """Start the server, wait until it answers, and return it with its API URL."""
     port = _free_port()
-    argv = [sys.executable, "-m", "uvicorn", "--app-dir", str(Path(prefect.__file__).parent.parent),
+    site = Path(importlib.util.find_spec("prefect").origin).parent.parent
+    argv = [sys.executable, "-m", "uvicorn", "--app-dir", str(site),
             "--factory", "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(port),
             "--log-level", "error", "--lifespan", "on"]
     env = {"PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}
@@ -42,7 +44,20 @@ def start_local_server(sup: Supervisor, log_dir: Path) -> tuple[Process, str]:
     return proc, url
 
 
-def use_server(url: str) -> None:
-    """Point this process (and the flow it runs) at `url`."""
+@contextlib.contextmanager
+def api_server(sup: Supervisor, log_dir: Path) -> Iterator[str]:
+    """The Prefect API this run talks to: the configured one (environment or profile), else a
+    server of the run's own for the duration of the block (and for the processes it starts)."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    if PREFECT_API_URL.value():
+        yield PREFECT_API_URL.value()
+        return
+    proc, url = start_local_server(sup, log_dir)
     os.environ["PREFECT_API_URL"] = url
-    os.environ.pop("PREFECT_SERVER_EPHEMERAL_ENABLED", None)
+    try:
+        with temporary_settings(updates={PREFECT_API_URL: url}):
+            yield url
+    finally:
+        os.environ.pop("PREFECT_API_URL", None)
+        proc.stop()

@@ -58,3 +58,14 @@ def fill(disk: Path, leave_bytes: int = 0) -> Path:
     if leave_bytes:
         os.truncate(filler, max(0, filler.stat().st_size - leave_bytes))
     return filler
+
+
+@pytest.fixture(scope="module")
+def prefect_home(tmp_path_factory):
+    """One PREFECT_HOME for a module's `eagle3 run` processes (each starts Prefect's embedded server;
+    a shared home keeps its database migrated after the first). Nothing of it may outlive a test."""
+    from tests.flows.flowkit import end_session_leftovers
+
+    home = tmp_path_factory.mktemp("prefect-home")
+    yield home
+    end_session_leftovers(home)

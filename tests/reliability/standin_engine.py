@@ -13,6 +13,10 @@ its environment says (engines.<name>.env in the test's config reaches it):
   STANDIN_CONTROL=DIR   (generate-offline-data) after STANDIN_PAUSE_AFTER files, create DIR/paused
                         and wait for DIR/go before writing the rest
   STANDIN_FSIZE=N       (generate-offline-data) instead of pausing, limit its file size (RLIMIT_FSIZE)
+  STANDIN_TRAIN_FILES=DIR  (`speculators train`) where the checkpoint files to write come from
+                        (model.safetensors, config.json, optimizer_state_dict.pt, scheduler_state_dict.pt)
+  STANDIN_TRAIN_SAVE_S=S   (`speculators train`) on SIGTERM, take S seconds to save interrupted/ (one
+                        file at a time, `complete` last), as the real trainer's interrupt save takes time
 Stdlib only: it runs under the pack's own interpreter, not the engine venv.
 """
 
@@ -138,6 +142,52 @@ def generate_offline_data() -> None:
     print(f"generate-offline-data: {written} files written", flush=True)
 
 
+# ---- speculators train ---------------------------------------------------------------------------
+
+def train() -> None:
+    """Logs a step line every 0.1 s until SIGTERM, then saves interrupted/ slowly and exits 143. Run
+    again (a resume), it says which checkpoint it found under --save-path and writes the
+    end-of-training checkpoint of the last epoch."""
+    import shutil
+    import signal
+
+    save, epochs = flag("--save-path"), int(flag("--epochs", "1"))
+    files = os.environ["STANDIN_TRAIN_FILES"]
+    found = sorted(d for d in os.listdir(save) if d.isdigit()) if os.path.isdir(save) else []
+    state = None
+    if found:
+        path = os.path.join(save, found[-1], "training_state.json")
+        state = json.loads(open(path).read()) if os.path.exists(path) else None
+    print(f"stand-in trainer: resume from {found[-1] if found else None} state {json.dumps(state)}", flush=True)
+    if state is not None:  # resumed: finish at once
+        last = os.path.join(save, str(epochs - 1))
+        os.makedirs(last, exist_ok=True)
+        for name in ("config.json", "model.safetensors", "optimizer_state_dict.pt", "scheduler_state_dict.pt"):
+            shutil.copy2(os.path.join(files, name), os.path.join(last, name))
+        with open(os.path.join(last, "training_state.json"), "w") as fh:
+            json.dump({"epoch": epochs - 1, "local_step": 0, "global_step": state["global_step"] + 1}, fh)
+        print("stand-in trainer: training complete", flush=True)
+        return
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(time.monotonic()))
+    step = 0
+    while not stop:
+        step += 1
+        print(f"step {step} loss 1.0", flush=True)
+        time.sleep(0.1)
+    names = ("config.json", "model.safetensors", "optimizer_state_dict.pt", "scheduler_state_dict.pt")
+    inter = os.path.join(save, "interrupted")
+    os.makedirs(inter, exist_ok=True)
+    pause = float(os.environ.get("STANDIN_TRAIN_SAVE_S", "0")) / (len(names) + 1)
+    for name in names:
+        time.sleep(pause)
+        shutil.copy2(os.path.join(files, name), os.path.join(inter, name))
+    time.sleep(pause)
+    open(os.path.join(inter, "complete"), "w").close()
+    print(f"stand-in trainer: saved interrupted/ in {time.monotonic() - stop[0]:.1f} s", flush=True)
+    sys.exit(143)
+
+
 def ids_digest(ids: list[int]) -> str:
     """The prepared-index hash (eagle3/engine_side/index_prepared.py)."""
     return hashlib.sha256(struct.pack(f"<{len(ids)}q", *ids)).hexdigest()[:16]
@@ -153,6 +203,8 @@ def main() -> None:
         serve(mode)
     elif args[:1] == ["generate-offline-data"]:
         generate_offline_data()
+    elif args[:1] == ["train"]:
+        train()
     else:
         print(f"stand-in: {os.path.basename(sys.argv[0])} {args[:1]} recorded", flush=True)
 

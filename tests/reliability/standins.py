@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 from eagle3 import procfs
@@ -108,3 +109,20 @@ def write_extract_inputs(cfg, n: int = 6, seq: int = 20, layers: int = 4, hidden
              "ids_sha256": [ids_digest(x) for x in ids]}
     paths.index.write_text(json.dumps(index))
     return PreparedIndex.from_dict(index), Expect(layers, hidden, "float32")
+
+
+def eagle3_run_env(home: Path, overrides: dict | None = None) -> dict:
+    from tests.flows.flowkit import base_env
+
+    env = base_env() | {"PREFECT_HOME": str(home), "PYTHONPATH": pythonpath_with(HERE)}
+    if overrides:
+        env["EAGLE3_PHASE_OVERRIDES"] = json.dumps(overrides)
+    return env
+
+
+def assert_nothing_left(home: Path) -> None:
+    from tests.flows.flowkit import processes_with_home
+
+    time.sleep(1)
+    left = [(p.pid, " ".join(procfs.cmdline(p.pid))[:200]) for p in processes_with_home(home)]
+    assert not left, f"processes of the run outlived `eagle3 run`: {left}"

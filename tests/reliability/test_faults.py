@@ -38,7 +38,8 @@ from tests.conftest import REPO
 from tests.fakegpu import FakeGpuBackend
 from tests.procutil import LISTEN, PY, SLEEP, free_port, wait_until
 from tests.reliability.conftest import fill
-from tests.reliability.standins import HERE, live, pythonpath_with, records, standin_config, write_extract_inputs
+from tests.reliability.standins import (HERE, assert_nothing_left, eagle3_run_env, live, pythonpath_with, records,
+                                        standin_config, write_extract_inputs)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -140,34 +141,6 @@ def test_server_never_ready_is_killed_within_its_budget(tmp_path, mode, server, 
 
 
 # ---- the retry path through `eagle3 run`: retried once, then stopped by the repeated signature ----
-
-@pytest.fixture(scope="module")
-def prefect_home(tmp_path_factory):
-    """One PREFECT_HOME for this module's `eagle3 run` processes (each starts Prefect's embedded server;
-    a shared home keeps its database migrated after the first). Nothing of it may outlive a test."""
-    from tests.flows.flowkit import end_session_leftovers
-
-    home = tmp_path_factory.mktemp("prefect-home")
-    yield home
-    end_session_leftovers(home)
-
-
-def eagle3_run_env(home: Path, overrides: dict | None = None) -> dict:
-    from tests.flows.flowkit import base_env
-
-    env = base_env() | {"PREFECT_HOME": str(home), "PYTHONPATH": pythonpath_with(HERE)}
-    if overrides:
-        env["EAGLE3_PHASE_OVERRIDES"] = json.dumps(overrides)
-    return env
-
-
-def assert_nothing_left(home: Path) -> None:
-    from tests.flows.flowkit import processes_with_home
-
-    time.sleep(1)
-    left = [(p.pid, p.comm) for p in processes_with_home(home)]
-    assert not left, f"processes of the run outlived `eagle3 run`: {left}"
-
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
