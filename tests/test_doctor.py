@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from eagle3.cli import app
-from eagle3.doctor import (FAIL, PASS, check_aux_layers, check_disk, check_ports, check_serving_flags,
+from eagle3.doctor import (FAIL, PASS, WARN, check_aux_layers, check_disk, check_ports, check_serving_flags,
                            check_target_support, run_doctor)
 from eagle3.services import Supervisor
 
@@ -79,6 +79,33 @@ def test_busy_port_fails(make_config, tiny_model):
         c = check_ports(cfg)
     assert c.status == FAIL and str(cfg.bench.server.port) in c.reason
     assert check_ports(cfg).status == PASS
+
+
+def test_port_check_names_listeners_and_tells_own_leftovers_from_foreign(make_config, spawner, tmp_path):
+    from eagle3 import procfs
+    from eagle3.services import LaunchSpec, Supervisor, state_dir_for
+    from tests.conftest import free_port
+    from tests.procutil import LISTEN, PY, wait_until
+
+    cfg = make_config({"bench": {"server": {"port": free_port()}}, "datagen": {"server": {"port": free_port()}},
+                       "extract": {"server": {"port": free_port()}}}, check_files=False)
+    stranger = spawner.start(LISTEN, cfg.datagen.server.port)
+    sup = Supervisor(state_dir_for(cfg.run_dir))
+    leftover = sup.launch(LaunchSpec(name="extract-vllm-server", argv=[PY, "-c", LISTEN, str(cfg.extract.server.port)],
+                                     log=tmp_path / "leftover.log", phase="extract", stop_grace_s=2))
+    try:
+        wait_until(lambda: procfs.listening_ports({cfg.extract.server.port}), what="the leftover listener")
+        c = check_ports(cfg)
+        assert c.status == FAIL and f"{cfg.datagen.server.port} (PID {stranger.pid}:" in c.reason
+        assert "not started by this pipeline" in c.reason and str(leftover.pid) not in c.reason
+        stranger.kill()
+        stranger.wait()
+        c = check_ports(cfg)
+        assert c.status == WARN and f"{cfg.extract.server.port} (PID {leftover.pid}:" in c.reason
+        assert "recovery handoff" in c.fix
+        assert leftover.poll() is None, "the doctor only looks"
+    finally:
+        sup.stop_all()
 
 
 @pytest.mark.slow

@@ -8,6 +8,7 @@ counts, output files)."""
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
@@ -168,3 +169,42 @@ def test_schedule_fires_a_benchmark_rerun(wave):
     assert phase_states(run.id) == {"bench": "Completed"}
     assert trs["handoff-after-start"].state.name == trs["handoff-after-bench"].state.name == "Completed"
     assert counts(run_dir) == before | {"bench": before["bench"] + 1}
+
+
+def test_a_deployment_run_on_a_run_dir_another_run_holds_fails_naming_it(wave, spawner):
+    """A scheduled benchmark (or any deployment run) while another run holds the run dir: the flow
+    run fails at once naming that run, and hands off nothing; with `lease_wait_s` it waits for it."""
+    import textwrap
+
+    from eagle3 import procfs
+
+    path, run_dir = wave.configs["A"]
+    reports = sorted((run_dir / "handoffs").glob("*.json"))
+    holder = spawner.start(textwrap.dedent(f"""
+        import sys, time
+        from eagle3.lease import hold
+        with hold({str(run_dir)!r}):
+            print("ready", flush=True)
+            time.sleep(600)
+    """))
+    rid = submit(BENCHMARK, params(path, lease_wait_s=0))  # the deployment's default waits an hour
+    run = wait_final([rid], timeout=300)[rid]
+    assert run.state.is_failed(), run.state
+    assert f"PID {holder.pid}" in run.state.message and "is in use by" in run.state.message
+    assert sorted((run_dir / "handoffs").glob("*.json")) == reports, "a refused run must not hand off"
+    assert procfs.alive(holder.pid)
+
+    before = counts(run_dir)
+    rid = submit(BENCHMARK, params(path))
+    wait_until(lambda: _state_name(rid) == "Running", 120, "the waiting run to start")
+    time.sleep(3)
+    assert counts(run_dir) == before, "the waiting run must not start its phase while the lease is held"
+    holder.kill()  # releasing by exit: the kernel drops the lease
+    run = wait_final([rid], timeout=300)[rid]
+    assert run.state.is_completed(), run.state
+    assert counts(run_dir) == before | {"bench": before["bench"] + 1}
+
+
+def _state_name(run_id) -> str:
+    with client() as c:
+        return c.read_flow_run(run_id).state.name

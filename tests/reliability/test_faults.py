@@ -220,6 +220,7 @@ def test_port_taken_before_start_fails_before_launching_anything(tmp_path, spawn
         run_datagen(cfg, sup)  # the real phase: prompts, manifest check, then the server start
     msg = str(err.value)
     assert f"port {port}" in msg and "datagen.server.port" in msg and "already in use" in msg
+    assert f"listened on by PID {stranger.pid} (" in msg, "the listener is named"
     assert not err.value.retryable
     assert records(rec) == [], "the engine was launched"
     assert sup.registry.entries() == []
