@@ -24,6 +24,7 @@ from typing import Callable, Protocol
 from . import procfs
 from .errors import CommandFailed, ServiceExited, ServiceHung, ServiceStartTimeout
 from .fsio import atomic_write_json, file_lock, read_json, tail
+from .terminate import KILL_WAIT_S
 
 log = logging.getLogger("eagle3.services")
 OWNER_ENV = "EAGLE3_OWNER_TOKEN"
@@ -116,6 +117,7 @@ class StopOutcome:
     seconds: float
     survivors: list[int]
     note: str = ""
+    stuck: list[dict] = field(default_factory=list)  # survivors of SIGKILL: pid, comm, kernel state, wchan
 
     @property
     def clean(self) -> bool:
@@ -189,16 +191,31 @@ def stop_entry(entry: Entry, token: str, grace_s: float, reap: Callable[[], obje
         used = "SIGKILL"
         send(signal.SIGKILL)
         # SIGKILL only marks the task; memory and fds are released as it exits. D-state can block.
-        deadline = time.monotonic() + 10.0
+        deadline = time.monotonic() + KILL_WAIT_S
         while (left := remaining()) and time.monotonic() < deadline:
             time.sleep(POLL_S)
     if reap:
         reap()  # the leader may have turned zombie after the last poll; do not leave it unreaped
-    note = "" if not left else "survived SIGKILL (uninterruptible sleep?): drain or reboot the node"
+    stuck = _stuck(left)
+    note = "" if not left else ("survived SIGKILL (" + "; ".join(f"PID {t['pid']}: {t['describe']}" for t in stuck)
+                                + "): drain or reboot the node")
     if not group_ours:
         note = (f"PID {entry.pid} now belongs to another process (group left alone); "
                 f"ended processes carrying this service's markers. {note}").strip()
-    return StopOutcome(entry.id, entry.name, entry.pgid, members, used, round(time.monotonic() - t0, 3), left, note=note)
+    return StopOutcome(entry.id, entry.name, entry.pgid, members, used, round(time.monotonic() - t0, 3), left, note=note,
+                       stuck=stuck)
+
+
+def _stuck(pids: list[int]) -> list[dict]:
+    """Why each survivor of SIGKILL is still there, as the kernel says (state D: inside a driver or
+    I/O call that SIGKILL cannot interrupt)."""
+    out = []
+    for pid in pids:
+        state, info = procfs.task_state(pid), procfs.read_stat(pid)
+        if state is not None:
+            out.append({"pid": pid, "comm": info.comm if info else "?", **state.to_dict(),
+                        "describe": state.describe()})
+    return out
 
 
 # ---- readiness and watchdog --------------------------------------------------------------------
