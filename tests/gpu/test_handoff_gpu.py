@@ -18,7 +18,7 @@ import pytest
 from eagle3 import procfs
 from eagle3.config import Handoff
 from eagle3.errors import HandoffError
-from eagle3.gpus import NvmlBackend, NvmlUnavailable, idle_checker
+from eagle3.gpus import NvmlBackend, NvmlUnavailable
 from eagle3.handoff import run_handoff
 from eagle3.services import LaunchSpec, LogProbe, Supervisor, state_dir_for
 
@@ -102,21 +102,6 @@ def test_cuda_service_on_one_gpu_is_freed_within_grace(tmp_path, sup, nv):
     assert took < 5.0 + 2.0
     record("cuda_service_1gpu", held_mib=held.used_mib, handoff_s=round(took, 3), signal=report.services[0]["signal"],
            steps=report.steps, after=[g["used_mib"] for g in report.gpus])
-
-
-def test_watchdog_idle_signal_on_a_real_gpu(tmp_path, sup, nv):
-    """Memory held with no kernel running reads as idle (a deadlock's signature); a busy GPU does not."""
-    seen = {}
-    for mode, extra, expected in (("idle", [], True), ("busy", ["--busy"], False)):
-        log = tmp_path / f"{mode}.log"
-        proc = sup.launch(LaunchSpec(name=mode, argv=[sys.executable, str(HERE / "cuda_service.py"), "--gib", "1",
-                                                      *extra], log=log, gpus=[0]))
-        proc.wait_ready([LogProbe(log, r"^READY$")], timeout_s=180, poll_s=0.1)
-        time.sleep(1.5)  # past the utilisation sample window of the allocation's fill kernel
-        seen[mode] = nv.snapshot([0])[0].util_gpu
-        assert idle_checker()([0]) is expected, f"{mode}: util {seen[mode]}%"
-        proc.stop(2.0)
-    record("watchdog_idle_signal", util_gpu=seen)
 
 
 @pytest.mark.skipif(GPUS < 2, reason="needs 2 GPUs")
