@@ -44,7 +44,7 @@ class ServiceStartTimeout(ServiceError):
 
 
 class ServiceHung(ServiceError):
-    """The watchdog saw no progress (no log growth; idle GPUs holding memory)."""
+    """The watchdog saw no progress (no log growth, no readiness or output progress, GPU memory still)."""
 
 
 class CommandFailed(ServiceError):

@@ -167,28 +167,23 @@ def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def idle_checker(used_mib_threshold: int = 16, util_max: int = 5,
-                 backend_factory: Callable[[], GpuBackend] = NvmlBackend) -> Callable[[list[int]], bool]:
-    """The hang watchdog's second opinion: True only when every given GPU holds memory while
-    (almost) no kernel runs. A deadlocked server looks like that; a slow CUDA-graph capture or a
-    long compile keeps utilisation up. Anything unverifiable answers False: silence alone then
-    does not end a service, and the startup budget still bounds it."""
+def gpu_sampler(backend_factory: Callable[[], GpuBackend] = NvmlBackend) -> Callable[[list[int]], list[GpuState] | None]:
+    """The hang watchdog's GPU reading: the states of the given GPUs (v2 used memory, utilisation),
+    or None when they cannot be read (then silence alone never ends a service; its budget does).
+    One lazy NVML session per process, shared by every watchdog."""
     lock = threading.Lock()
     holder: dict[str, GpuBackend] = {}
 
-    def idle(indices: list[int]) -> bool:
+    def sample(indices: list[int]) -> list[GpuState] | None:
         with lock:
             try:
                 backend = holder.get("b") or holder.setdefault("b", backend_factory())
-                states = backend.snapshot(indices)
+                return backend.snapshot(indices)
             except PipelineError:
-                return False
-        return bool(states) and all(
-            s.used_mib > used_mib_threshold and s.util_gpu is not None and s.util_gpu <= util_max for s in states)
+                return None
 
-    return idle
+    return sample
 
 
-# The watchdog callback the pipeline's supervisor uses where GPUs are configured (one lazy NVML
-# session per process).
-gpus_idle_and_holding = idle_checker()
+# The watchdog reading the pipeline's supervisor uses where GPUs are configured.
+gpu_memory_sample = gpu_sampler()

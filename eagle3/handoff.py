@@ -4,11 +4,13 @@ and prove every GPU free, or refuse to start the next phase.
 Order: configured systemd units -> registry sweep (groups of this and of crashed earlier runs,
 PID + start time verified) -> every other live process carrying this run's owner token -> owned
 GPU holders -> /dev/shm -> __pycache__ -> a polling loop (no fixed sleeps) until every GPU shows
-NVML v2 used <= threshold and no non-protected holder, and no listener is left on the phases'
-ports, or the deadline passes. Only owned processes are ever signalled. Anything unverifiable
-(NVML missing while GPUs are configured, an NVML error, a foreign holder) fails closed with a
-HandoffError whose message says what holds which GPU. The report is written atomically as JSON
-into <run_dir>/handoffs/ either way.
+NVML v2 used <= threshold and no holder other than protected ones and observers (monitors with no
+GPU context), and no listener is left on the phases' ports, or the deadline passes. Only owned
+processes are ever signalled. Anything unverifiable (NVML missing while GPUs are configured, an
+NVML error, a foreign holder, memory NVML attributes to no visible context) fails closed with a
+HandoffError whose message says what holds which GPU. An owned process that survives SIGKILL is
+named with its kernel state, wait channel and the GPUs it pins. The report is written atomically
+as JSON into <run_dir>/handoffs/ either way.
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ class HandoffReport:
     ended: list[dict] = field(default_factory=list)
     gpus: list[dict] = field(default_factory=list)
     holders: list[dict] = field(default_factory=list)
+    observers: list[dict] = field(default_factory=list)  # fd-only holders with no GPU context: not blocking
+    stuck: list[dict] = field(default_factory=list)  # owned processes that survived SIGKILL
     ports: list[dict] = field(default_factory=list)
     shm: dict = field(default_factory=dict)
     pycache: dict = field(default_factory=dict)
@@ -135,9 +139,9 @@ def run_handoff(run_dir: Path, settings: Handoff, gpus: list[int] | None, ports:
             outcomes = sup.sweep(settings.grace_s)
             report.services = [asdict(o) | {"clean": o.clean} for o in outcomes]
             for o in outcomes:
-                if not o.clean:
-                    report.problems.append(f"service {o.name} (group {o.pgid}): PIDs {o.survivors} {o.note}")
-            report.ended += [e.to_dict() for e in _end_marked(ownership, sup.registry.entries(), settings.grace_s)]
+                report.stuck += [_stuck(t["pid"], t["describe"], f"service {o.name} (group {o.pgid})") for t in o.stuck]
+            report.ended += _ended(report, _end_marked(ownership, sup.registry.entries(), settings.grace_s,
+                                                       _stuck_pids(report)))
             rec["detail"] = f"{len(outcomes)} registered, {len(report.ended)} other marked process(es)"
 
         checking = gpus is None or len(gpus) > 0
@@ -160,7 +164,7 @@ def run_handoff(run_dir: Path, settings: Handoff, gpus: list[int] | None, ports:
             if checking:
                 try:
                     holders = find_holders(_snapshot(backend, gpus), settings.dev_dir, ownership, gpus)
-                    ended = _end_owned(holders.values(), settings.grace_s)
+                    ended = _ended(report, _end_owned(holders.values(), settings.grace_s, _stuck_pids(report)))
                     report.ended += ended
                     rec["detail"] = f"{len(holders)} holder(s), {len(ended)} owned ended"
                 except PipelineError:
@@ -180,10 +184,12 @@ def run_handoff(run_dir: Path, settings: Handoff, gpus: list[int] | None, ports:
             blockers = _verify(report, settings, backend if checking else None, gpus or [], list(ports), ownership,
                                deadline=t0 + settings.deadline_s)
             rec["detail"] = "clean" if not blockers else f"{len(blockers)} blocker(s)"
+            report.problems[:0] = [_stuck_problem(t, checking) for t in report.stuck]
             report.problems += blockers
             if checking and not blockers:
+                seen = f" and {len(report.observers)} observer(s) with no GPU context" if report.observers else ""
                 report.gpu_check = (f"verified: GPUs {gpus} at <= {settings.used_mib_threshold} MiB used (NVML v2) "
-                                    "with no process other than protected ones")
+                                    f"with no process other than protected ones{seen}")
     except BaseException as e:  # the written report must never say "free" for a handoff that broke
         report.problems.append(f"handoff did not finish: {type(e).__name__}: {e}")
         raise
@@ -209,7 +215,7 @@ def _snapshot(backend: GpuBackend, gpus: list[int]) -> list[GpuState]:
     return every
 
 
-def _end_marked(ownership: Ownership, entries: list[Entry], default_grace_s: float):
+def _end_marked(ownership: Ownership, entries: list[Entry], default_grace_s: float, skip: set[int]):
     """Live processes carrying this run's owner token that no registry entry covered any more,
     each with the grace recorded for its service (a trainer's rank keeps the trainer's grace)."""
     if not ownership.token:
@@ -217,7 +223,7 @@ def _end_marked(ownership: Ownership, entries: list[Entry], default_grace_s: flo
     graces = {e.id: e.grace(default_grace_s) for e in entries}
     by_grace: dict[float, list] = {}
     for info in procfs.all_procs():
-        if info.zombie or ownership.spares(info):
+        if info.zombie or ownership.spares(info) or info.pid in skip:
             continue
         if procfs.environ_value(info.pid, OWNER_ENV) == ownership.token:
             grace = graces.get(procfs.environ_value(info.pid, SERVICE_ENV) or "", default_grace_s)
@@ -226,16 +232,42 @@ def _end_marked(ownership: Ownership, entries: list[Entry], default_grace_s: flo
     return [e for grace, targets in by_grace.items() for e in end_processes(targets, grace)]
 
 
-def _end_owned(holders: Iterable[Holder], grace_s: float) -> list[dict]:
-    targets = [(h.pid, h.start_ticks, h.cmd, h.why) for h in holders if h.cls == "owned"]
-    return [e.to_dict() for e in end_processes(targets, grace_s)] if targets else []
+def _end_owned(holders: Iterable[Holder], grace_s: float, skip: set[int]):
+    targets = [(h.pid, h.start_ticks, h.cmd, h.why) for h in holders if h.cls == "owned" and h.pid not in skip]
+    return end_processes(targets, grace_s) if targets else []
+
+
+def _stuck(pid: int, state: str, owner: str) -> dict:
+    return {"pid": pid, "cmd": describe_cmd(pid), "owner": owner, "state": state, "gpus": [], "used_mib": None}
+
+
+def _stuck_pids(report: HandoffReport) -> set[int]:
+    return {t["pid"] for t in report.stuck}
+
+
+def _ended(report: HandoffReport, results) -> list[dict]:
+    """Ended-process records for the report; survivors of SIGKILL are also recorded as stuck."""
+    report.stuck += [_stuck(e.pid, e.state, e.reason) for e in results if e.outcome == "survived SIGKILL"]
+    return [e.to_dict() for e in results]
+
+
+def _stuck_problem(t: dict, checking: bool) -> str:
+    if not checking:
+        pins = "GPUs not checked"
+    elif t["gpus"]:
+        mib = f" ({t['used_mib']:.0f} MiB by NVML)" if t["used_mib"] is not None else ""
+        pins = f"pins GPU {', '.join(map(str, t['gpus']))}{mib}"
+    else:
+        pins = "holds none of the GPUs checked"
+    return (f"PID {t['pid']} ({t['cmd'] or '?'}) of {t['owner']} survived SIGKILL: {t['state']}; {pins}: "
+            "drain the node (GPU reset or reboot)")
 
 
 def _verify(report: HandoffReport, settings: Handoff, backend: GpuBackend | None, gpus: list[int],
             ports: list[int], ownership: Ownership, deadline: float) -> list[str]:
     """Poll until the GPUs and ports are proven free, or the deadline passes. Owned stragglers
-    found on the way are ended. A foreign holder that stays for a whole grace period ends the
-    wait early: nothing this handoff may do will make it go."""
+    found on the way are ended. A foreign holder, or a process that survived SIGKILL, that stays
+    for a whole grace period ends the wait early: nothing this handoff may do will make it go."""
     done: set[int] = {e["pid"] for e in report.ended}
     first_seen: dict[int, float] = {}
     while True:
@@ -253,22 +285,27 @@ def _verify(report: HandoffReport, settings: Handoff, backend: GpuBackend | None
         listeners = port_holders(ports, ownership)
         owned = [(h.pid, h.start_ticks, h.cmd, h.why) for h in holders.values() if h.cls == "owned"]
         owned += [(p["pid"], p["start_ticks"], p["cmd"], p["why"]) for p in listeners if p["class"] == "owned"]
-        owned = [t for t in owned if t[0] not in done]
+        owned = [t for t in owned if t[0] not in done | _stuck_pids(report)]
         if owned:
-            report.ended += [e.to_dict() for e in end_processes(owned, settings.grace_s)]
+            report.ended += _ended(report, end_processes(owned, settings.grace_s))
             done |= {t[0] for t in owned}
             continue
         blockers = _blockers(states, holders, listeners, settings.used_mib_threshold)
         report.gpus = [s.to_dict() for s in states]
-        report.holders = [h.to_dict() for h in holders.values()]
+        report.holders = [h.to_dict() for h in holders.values() if h.cls != "observer"]
+        report.observers = [h.to_dict() for h in holders.values() if h.cls == "observer"]
         report.ports = [{k: v for k, v in p.items() if k != "start_ticks"} for p in listeners]
+        for t in report.stuck:
+            if t["pid"] in holders:
+                t["gpus"], t["used_mib"] = sorted(holders[t["pid"]].gpus), holders[t["pid"]].used_mib
         if not blockers:
             return []
-        stuck = [h.pid for h in holders.values() if h.cls == "foreign"]
-        stuck += [p["pid"] for p in listeners if p["class"] == "foreign"]
-        for pid in stuck:
+        # Nothing this handoff may do will make these go: a foreign holder, or one that survived SIGKILL.
+        immovable = [h.pid for h in holders.values() if h.cls == "foreign"] + list(_stuck_pids(report))
+        immovable += [p["pid"] for p in listeners if p["class"] == "foreign"]
+        for pid in immovable:
             first_seen.setdefault(pid, now)
-        if any(now - first_seen[pid] >= settings.grace_s for pid in stuck) or now >= deadline:
+        if any(now - first_seen[pid] >= settings.grace_s for pid in immovable) or now >= deadline:
             return blockers
         time.sleep(min(settings.poll_interval_s, max(0.0, deadline - now)))
 
@@ -278,14 +315,20 @@ def _blockers(states: list[GpuState], holders: dict[int, Holder], listeners: lis
     out = []
     for s in states:
         on_gpu = [h for h in holders.values() if s.index in h.gpus]
+        listed = [h for h in on_gpu if h.via != {"fd"}]  # on NVML's process lists of this GPU: a context
         named = [f"{h.label()} [{h.cls}: {h.why}; seen via {', '.join(sorted(h.via))}]"
-                 for h in on_gpu if h.cls != "protected"]
+                 for h in on_gpu if h.cls not in ("protected", "observer")]
         if named:
             out.append(f"GPU {s.index} ({s.uuid}) held by " + ", ".join(named))
         if s.used_mib > threshold:
-            who = ", ".join(h.label() for h in on_gpu) or "no visible process (memory not yet released, or wedged)"
+            who = (", ".join(h.label() for h in listed)
+                   or "no process on NVML's lists (memory not yet released, a context in another PID namespace, "
+                      "or wedged)")
+            fd_only = [f"{h.label()} [{h.cls}]" for h in on_gpu if h.via == {"fd"} and h.cls != "protected"]
+            if fd_only and not listed:  # nothing explains the memory, so a device-file holder cannot be cleared
+                who += "; device file open in: " + ", ".join(fd_only)
             out.append(f"GPU {s.index} ({s.uuid}): {s.used_mib:.0f} MiB used (NVML v2) > {threshold} MiB; holders: {who}")
-        if not on_gpu and s.util_gpu is not None and s.util_gpu >= BUSY_UTIL:
+        if not listed and s.util_gpu is not None and s.util_gpu >= BUSY_UTIL:
             out.append(f"GPU {s.index} ({s.uuid}): {s.util_gpu}% utilisation with no process: wedged? "
                        "(check Xid errors; a reset or drain may be needed)")
     for p in listeners:

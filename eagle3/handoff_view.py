@@ -82,6 +82,22 @@ def renderable(report) -> Group:
                 t.add_row(f"port {p['port']}", str(p["pid"]), p["class"], p["cmd"], p["why"])
         parts.append(t)
 
+    if r.get("stuck"):
+        t = Table(title="Survived SIGKILL (the next phase must not start)", title_justify="left")
+        for col in ("PID", "of", "kernel state", "GPUs", "command"):
+            t.add_column(col, overflow="fold")
+        for row in r["stuck"]:
+            t.add_row(str(row["pid"]), row["owner"], row["state"], _gpus(row["gpus"]), row["cmd"])
+        parts.append(t)
+
+    if r.get("observers"):
+        t = Table(title="Observers (device file open, no GPU context: not blocking)", title_justify="left")
+        for col in ("GPU", "PID", "command", "seen via"):
+            t.add_column(col, overflow="fold")
+        for h in r["observers"]:
+            t.add_row(_gpus(h["gpus"]), str(h["pid"]), h["cmd"], ", ".join(h["via"]))
+        parts.append(t)
+
     removed = r["shm"].get("removed", []) + r["pycache"].get("removed", [])
     if removed or r["shm"].get("kept"):
         t = Table(title="Files", title_justify="left")
@@ -110,6 +126,10 @@ def renderable(report) -> Group:
     return Group(*parts)
 
 
+def _gpus(gpus: list[int]) -> str:
+    return ", ".join(map(str, gpus)) or "-"
+
+
 def to_text(report, width: int = 140) -> str:
     buf = io.StringIO()
     Console(file=buf, width=width, no_color=True, color_system=None).print(renderable(report))
@@ -130,6 +150,15 @@ def to_markdown(report) -> str:
     if ended:
         lines += ["| PID | command | signal |", "|---|---|---|"]
         lines += [f"| {pid} | `{cmd}` | {sig} |" for pid, cmd, sig in ended]
+        lines.append("")
+    if r.get("stuck"):
+        lines += ["Survived SIGKILL:", "", "| PID | of | kernel state | GPUs | command |", "|---|---|---|---|---|"]
+        lines += [f"| {t['pid']} | {t['owner']} | {t['state']} | {_gpus(t['gpus'])} | `{t['cmd']}` |" for t in r["stuck"]]
+        lines.append("")
+    if r.get("observers"):
+        lines += ["Observers (device file open, no GPU context: not blocking):", "", "| GPU | PID | command |",
+                  "|---|---|---|"]
+        lines += [f"| {_gpus(h['gpus'])} | {h['pid']} | `{h['cmd']}` |" for h in r["observers"]]
         lines.append("")
     if r["shm"].get("removed"):
         lines.append("Removed from /dev/shm: " + ", ".join(f"`{n}`" for n in r["shm"]["removed"]))

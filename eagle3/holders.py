@@ -7,6 +7,12 @@ reader, this process included, opens it). Each holder is classified:
                registry group that is provably still ours (leader PID + start time);
   protected  - never signalled: PID 1, this process and its ancestors (the orchestrator),
                and configured system daemons (persistence daemon, fabric manager, DCGM, ...);
+  observer   - not owned or protected, holds a GPU's device file but is on no NVML process list
+               (compute, graphics, MPS) of any GPU: a monitor (nvidia-smi dmon, nvtop,
+               dcgm-exporter, a Python NVML reader) with no context and no memory. It does not block
+               by itself; a GPU whose NVML v2 used memory is over the threshold still blocks, naming
+               it, since memory NVML attributes to no visible process may be a context from another
+               PID namespace (a container) that looks exactly like this;
   foreign    - anything else, including an NVML PID absent from our /proc (another PID
                namespace): it blocks the handoff and is named in the error.
 """
@@ -23,6 +29,7 @@ from .gpus import GpuState
 from .services import OWNER_ENV, Entry
 
 COMM_LEN = 15  # the kernel truncates comm to 15 characters
+OBSERVER_WHY = "no GPU context: holds the device file, on no NVML process list of any GPU (a monitor or NVML reader)"
 
 
 @dataclass
@@ -31,7 +38,7 @@ class Holder:
     gpus: set[int] = field(default_factory=set)
     via: set[str] = field(default_factory=set)  # "nvml-compute", "nvml-graphics", "nvml-mps", "fd"
     used_mib: float | None = None
-    cls: str = "foreign"
+    cls: str = "foreign"  # "owned", "protected", "observer" or "foreign"
     why: str = ""
     comm: str = ""
     cmd: str = ""
@@ -123,7 +130,10 @@ def find_holders(states: list[GpuState], dev_dir: Path, ownership: Ownership,
     CUDA_VISIBLE_DEVICES says (measured on an H200 pair: a process limited to GPU 1 held fds on
     /dev/nvidia0 and /dev/nvidia1; NVML listed it on GPU 1 only). So an fd on a GPU's device file
     makes a holder of that GPU only for a process NVML lists on no GPU at all: an NVML reader, or a
-    process whose PID NVML reports from another PID namespace; it is then counted, failing closed."""
+    process whose PID NVML reports from another PID namespace. Such a holder, neither owned nor
+    protected, is an observer (measured on an H200: `nvidia-smi dmon` and a process that only
+    called nvmlInit both hold /dev/nvidia0 with no context); the handoff still fails closed on the
+    GPU's memory."""
     wanted = set(gpus) if gpus is not None else {s.index for s in states}
     holders: dict[int, Holder] = {}
     listed: dict[int, set[int]] = {}  # pid -> GPUs NVML lists it on, across all GPUs
@@ -161,6 +171,8 @@ def find_holders(states: list[GpuState], dev_dir: Path, ownership: Ownership,
         h.start_ticks = info.start_ticks if info else None
         h.cmd = describe_cmd(h.pid)
         h.cls, h.why = ownership.classify(h.pid)
+        if h.cls == "foreign" and h.via == {"fd"} and info is not None:
+            h.cls, h.why = "observer", OBSERVER_WHY
     return holders
 
 

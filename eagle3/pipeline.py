@@ -59,12 +59,12 @@ def state_dir(cfg: PipelineConfig) -> Path:
 
 
 def supervisor(cfg: PipelineConfig) -> Supervisor:
-    gpus_idle = None
+    gpu_sample = None
     if cfg.gpus:
-        from .gpus import gpus_idle_and_holding  # NVML only where GPUs are configured
+        from .gpus import gpu_memory_sample  # NVML only where GPUs are configured
 
-        gpus_idle = gpus_idle_and_holding
-    return Supervisor(state_dir(cfg), gpus_idle=gpus_idle)
+        gpu_sample = gpu_memory_sample
+    return Supervisor(state_dir(cfg), gpu_sample=gpu_sample)
 
 
 def _marker_path(cfg: PipelineConfig, phase: str) -> Path:

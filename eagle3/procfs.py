@@ -42,6 +42,38 @@ def read_stat(pid: int) -> ProcInfo | None:
                     pgid=int(fields[2]), start_ticks=int(fields[19]))
 
 
+# /proc/PID/stat state letters (fs/proc/array.c), for naming a process that will not exit.
+STATE_NAMES = {"R": "running", "S": "sleeping", "D": "disk sleep: uninterruptible, a pending SIGKILL waits for "
+               "the kernel call to return", "T": "stopped", "t": "tracing stop", "Z": "zombie", "X": "dead",
+               "I": "idle", "P": "parked"}
+
+
+@dataclass(frozen=True)
+class TaskState:
+    pid: int
+    state: str  # the letter of /proc/PID/stat
+    wchan: str  # kernel function it sleeps in (/proc/PID/wchan); "" when running or hidden
+
+    def describe(self) -> str:
+        name = STATE_NAMES.get(self.state, "unknown")
+        return f"state {self.state} ({name}), wchan {self.wchan or '-'}"
+
+    def to_dict(self) -> dict:
+        return {"state": self.state, "state_name": STATE_NAMES.get(self.state, "unknown"), "wchan": self.wchan}
+
+
+def task_state(pid: int) -> TaskState | None:
+    """What a process is doing in the kernel; None if it is gone."""
+    info = read_stat(pid)
+    if info is None:
+        return None
+    try:
+        wchan = (PROC / str(pid) / "wchan").read_text().strip()
+    except OSError:
+        wchan = ""
+    return TaskState(pid=pid, state=info.state, wchan="" if wchan == "0" else wchan)
+
+
 def start_time(pid: int) -> float | None:
     """Process start time in seconds since the epoch (psutil's create_time), None if gone."""
     try:

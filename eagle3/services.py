@@ -24,6 +24,7 @@ from typing import Callable, Protocol
 from . import procfs
 from .errors import CommandFailed, ServiceExited, ServiceHung, ServiceStartTimeout
 from .fsio import atomic_write_json, file_lock, read_json, tail
+from .terminate import KILL_WAIT_S
 
 log = logging.getLogger("eagle3.services")
 OWNER_ENV = "EAGLE3_OWNER_TOKEN"
@@ -131,6 +132,7 @@ class StopOutcome:
     seconds: float
     survivors: list[int]
     note: str = ""
+    stuck: list[dict] = field(default_factory=list)  # survivors of SIGKILL: pid, comm, kernel state, wchan
 
     @property
     def clean(self) -> bool:
@@ -204,16 +206,31 @@ def stop_entry(entry: Entry, token: str, grace_s: float, reap: Callable[[], obje
         used = "SIGKILL"
         send(signal.SIGKILL)
         # SIGKILL only marks the task; memory and fds are released as it exits. D-state can block.
-        deadline = time.monotonic() + 10.0
+        deadline = time.monotonic() + KILL_WAIT_S
         while (left := remaining()) and time.monotonic() < deadline:
             time.sleep(POLL_S)
     if reap:
         reap()  # the leader may have turned zombie after the last poll; do not leave it unreaped
-    note = "" if not left else "survived SIGKILL (uninterruptible sleep?): drain or reboot the node"
+    stuck = _stuck(left)
+    note = "" if not left else ("survived SIGKILL (" + "; ".join(f"PID {t['pid']}: {t['describe']}" for t in stuck)
+                                + "): drain or reboot the node")
     if not group_ours:
         note = (f"PID {entry.pid} now belongs to another process (group left alone); "
                 f"ended processes carrying this service's markers. {note}").strip()
-    return StopOutcome(entry.id, entry.name, entry.pgid, members, used, round(time.monotonic() - t0, 3), left, note=note)
+    return StopOutcome(entry.id, entry.name, entry.pgid, members, used, round(time.monotonic() - t0, 3), left, note=note,
+                       stuck=stuck)
+
+
+def _stuck(pids: list[int]) -> list[dict]:
+    """Why each survivor of SIGKILL is still there, as the kernel says (state D: inside a driver or
+    I/O call that SIGKILL cannot interrupt)."""
+    out = []
+    for pid in pids:
+        state, info = procfs.task_state(pid), procfs.read_stat(pid)
+        if state is not None:
+            out.append({"pid": pid, "comm": info.comm if info else "?", **state.to_dict(),
+                        "describe": state.describe()})
+    return out
 
 
 # ---- readiness and watchdog --------------------------------------------------------------------
@@ -281,30 +298,109 @@ class LogProbe:
 
 
 class Watchdog:
-    """Declares a process hung when its log stops growing for `silence_s` and, where it has GPUs,
-    those GPUs hold memory while idle (a slow CUDA-graph capture keeps them busy; a deadlock does not)."""
+    """Declares a process hung when nothing it does has progressed for `silence_s`.
 
-    def __init__(self, log: Path, silence_s: float | None, gpus_idle: Callable[[], bool] | None = None):
-        self.log, self.silence_s, self.gpus_idle = Path(log), silence_s, gpus_idle
-        self._size, self._since = -1, time.monotonic()
+    Progress is any of: its log grows; one more readiness probe passes (a starting server); one of
+    `paths` changes (a one-shot command's outputs, e.g. a trainer's checkpoints); where it has GPUs,
+    their NVML used memory moves by MEM_STEP_MIB (a loading model allocates). Utilisation is no
+    signal either way: in a deadlocked NCCL group one rank spins at 100 % in the collective the
+    others never join, the others idle at 0 %, and all hold their memory still (measured on
+    2 x H200). Where GPUs are configured but cannot be read, silence alone never ends the process
+    (its startup budget or timeout still does). A phase that legitimately stays silent with
+    constant memory (a long compile) needs hang_timeout_s above its length."""
 
-    def hung(self) -> bool:
+    SAMPLE_S = 1.0  # GPUs and output paths are read at most this often (and once more before a verdict)
+    MEM_STEP_MIB = 1.0
+
+    def __init__(self, log: Path, silence_s: float | None, gpu_sample: Callable[[], list | None] | None = None,
+                 paths: list[Path] | tuple = ()):
+        self.log, self.silence_s, self.gpu_sample, self.paths = Path(log), silence_s, gpu_sample, list(paths)
+        now = time.monotonic()
+        self._log_size, self._log_since, self._since = -1, now, now
+        self._ready, self._stamp, self._sampled_at = 0, _tree_stamp(self.paths), -float("inf")
+        self._mem: tuple[float, ...] | None = None  # GPU memory at its last move
+        self._mem_since = now
+        self._gpus: list | None = None  # the last GPU reading (states with used_mib, util_gpu), None: unreadable
+
+    def _sample(self, now: float) -> None:
+        self._sampled_at = now
+        stamp = _tree_stamp(self.paths)
+        if stamp != self._stamp:
+            self._stamp = stamp
+            self._since = now
+        if self.gpu_sample is None:
+            return
+        self._gpus = self.gpu_sample()
+        if self._gpus is None:
+            return
+        mem = tuple(g.used_mib for g in self._gpus)
+        if self._mem is None or len(mem) != len(self._mem) or any(
+                abs(a - b) >= self.MEM_STEP_MIB for a, b in zip(mem, self._mem)):
+            if self._mem is not None:
+                self._since = now
+            self._mem, self._mem_since = mem, now
+
+    def hung(self, ready: int = 0) -> bool:
+        """`ready`: how many readiness probes pass now (more than before is progress)."""
         if self.silence_s is None:
             return False
+        now = time.monotonic()
         try:
             size = self.log.stat().st_size
         except FileNotFoundError:
             size = 0
-        now = time.monotonic()
-        if size != self._size:
-            self._size, self._since = size, now
-            return False
+        if size != self._log_size:
+            self._log_size, self._log_since = size, now
+            self._since = now
+        if ready > self._ready:
+            self._ready = ready
+            self._since = now
+        if now - self._sampled_at >= self.SAMPLE_S:
+            self._sample(now)
         if now - self._since < self.silence_s:
             return False
-        return self.gpus_idle() if self.gpus_idle is not None else True
+        self._sample(now)  # a fresh reading before the verdict
+        if now - self._since < self.silence_s:
+            return False
+        return self.gpu_sample is None or self._gpus is not None
 
-    def silent_for(self) -> float:
-        return time.monotonic() - self._since
+    def describe(self) -> str:
+        """What the verdict rests on, for the error message."""
+        now = time.monotonic()
+        parts = [f"no log output for {now - self._log_since:.0f} s"]
+        if self._ready:
+            parts.append(f"{self._ready} readiness probe(s) passing, no more since")
+        if self.paths:
+            parts.append(f"no change under {', '.join(map(str, self.paths))}")
+        if self._gpus:
+            used = "/".join(f"{g.used_mib:.0f}" for g in self._gpus)
+            util = "/".join("?" if g.util_gpu is None else str(g.util_gpu) for g in self._gpus)
+            parts.append(f"GPU memory unchanged for {now - self._mem_since:.0f} s on GPUs "
+                         f"{[g.index for g in self._gpus]} ({used} MiB used; utilisation {util} %, "
+                         "not a progress signal)")
+        return ", ".join(parts)
+
+
+def _tree_stamp(paths: list[Path], limit: int = 10_000) -> tuple[int, int, int]:
+    """(files, bytes, newest mtime in ns) under `paths`: changes when anything there is written.
+    Stops after `limit` files, so a huge output tree costs a bounded scan."""
+    files = size = newest = 0
+    todo = [str(p) for p in paths]
+    while todo and files < limit:
+        try:
+            entries = list(os.scandir(todo.pop()))
+        except OSError:
+            continue
+        for e in entries:
+            try:
+                if e.is_dir(follow_symlinks=False):
+                    todo.append(e.path)
+                    continue
+                st = e.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            files, size, newest = files + 1, size + st.st_size, max(newest, st.st_mtime_ns)
+    return files, size, newest
 
 
 # ---- launching ---------------------------------------------------------------------------------
@@ -320,6 +416,7 @@ class LaunchSpec:
     gpus: list[int] = field(default_factory=list)
     stop_grace_s: float = 20.0
     hang_timeout_s: float | None = None
+    progress_paths: list[Path] = field(default_factory=list)  # changes here count as progress for the watchdog
     secrets: list[str] = field(default_factory=list)  # argv values masked in the registry and log
     scope: str = "phase"  # "run": not a phase's service but the run's own (see Entry.scope)
 
@@ -335,9 +432,10 @@ class LaunchSpec:
 class Supervisor:
     """Launches and stops the pipeline's processes; one per run dir state folder."""
 
-    def __init__(self, state_dir: Path, gpus_idle: Callable[[list[int]], bool] | None = None):
+    def __init__(self, state_dir: Path, gpu_sample: Callable[[list[int]], list | None] | None = None):
+        """gpu_sample(indices): NVML states of those GPUs (used_mib, util_gpu), None when unreadable."""
         self.registry = Registry(state_dir)
-        self.gpus_idle = gpus_idle
+        self.gpu_sample = gpu_sample
         self._live: dict[str, "Process"] = {}
 
     def launch(self, spec: LaunchSpec) -> "Process":
@@ -414,10 +512,10 @@ class Process:
         return tail(self.spec.log, max_bytes)
 
     def _watchdog(self) -> Watchdog:
-        idle = None
-        if self.spec.gpus and self.sup.gpus_idle is not None:
-            idle = lambda: self.sup.gpus_idle(self.spec.gpus)  # noqa: E731
-        return Watchdog(self.spec.log, self.spec.hang_timeout_s, idle)
+        sample = None
+        if self.spec.gpus and self.sup.gpu_sample is not None:
+            sample = lambda: self.sup.gpu_sample(self.spec.gpus)  # noqa: E731
+        return Watchdog(self.spec.log, self.spec.hang_timeout_s, sample, self.spec.progress_paths)
 
     def wait_ready(self, probes: list[Probe], timeout_s: float, poll_s: float = 0.5) -> float:
         """Block until every probe passes. Fails fast with the log tail if the process exits,
@@ -429,16 +527,17 @@ class Process:
             if rc is not None:
                 self.stop()
                 raise ServiceExited(f"{self.spec.name} exited with code {rc} before it was ready", self.log_tail())
-            if all(p.ready() for p in probes):
+            passing = sum(p.ready() for p in probes)
+            if passing == len(probes):
                 return time.monotonic() - t0
             if time.monotonic() - t0 > timeout_s:
                 self.stop()
                 raise ServiceStartTimeout(f"{self.spec.name} not ready after {timeout_s:.0f} s "
                                           f"(waiting for {', '.join(p.describe() for p in probes)})", self.log_tail())
-            if dog.hung():
+            if dog.hung(passing):
+                why = dog.describe()  # before the stop's grace period adds to every duration in it
                 self.stop()
-                raise ServiceHung(f"{self.spec.name} hung during startup: no log output for "
-                                  f"{dog.silent_for():.0f} s", self.log_tail())
+                raise ServiceHung(f"{self.spec.name} hung during startup: {why}", self.log_tail())
             time.sleep(poll_s)
 
     def check_alive(self) -> None:
@@ -456,8 +555,9 @@ class Process:
                 self.stop()
                 raise ServiceStartTimeout(f"{self.spec.name} did not finish within {timeout_s:.0f} s", self.log_tail())
             if dog.hung():
+                why = dog.describe()
                 self.stop()
-                raise ServiceHung(f"{self.spec.name} hung: no log output for {dog.silent_for():.0f} s", self.log_tail())
+                raise ServiceHung(f"{self.spec.name} hung: {why}", self.log_tail())
             time.sleep(poll_s)
         self.stop()  # the leader is done; end anything it left behind in its group
         if rc != 0:

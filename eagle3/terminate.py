@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from . import procfs
 
-KILL_WAIT_S = 10.0
+KILL_WAIT_S = 10.0  # after SIGKILL: a big CUDA context is torn down in seconds, not minutes
 
 
 @dataclass
@@ -26,6 +26,7 @@ class Ended:
     signal: str  # "SIGTERM", "SIGKILL", "none" (gone before), "skipped" (PID reused)
     outcome: str  # "exited", "survived SIGKILL", "not ours any more"
     seconds: float
+    state: str = ""  # for a survivor of SIGKILL: its kernel state and wait channel (why it cannot exit)
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -63,8 +64,9 @@ def end_processes(targets: list[tuple[int, int | None, str, str]], grace_s: floa
         elapsed = round(time.monotonic() - t0, 3)
         for fd, pid, cmd, why in pinned:
             sig = "SIGKILL" if pid in killed else ("SIGTERM" if pid in used else "none")
-            outcome = "exited" if _exited(fd, pid) else "survived SIGKILL"
-            results.append(Ended(pid, cmd, why, sig, outcome, elapsed))
+            stuck = None if _exited(fd, pid) else procfs.task_state(pid)
+            outcome = "survived SIGKILL" if stuck else "exited"
+            results.append(Ended(pid, cmd, why, sig, outcome, elapsed, stuck.describe() if stuck else ""))
     finally:
         for fd, *_ in pinned:
             os.close(fd)

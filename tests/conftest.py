@@ -37,6 +37,20 @@ def spawner():
     s.cleanup()
 
 
+@pytest.fixture
+def freezer(tmp_path):
+    """A cgroup-v1 freezer group for one test (tests.procutil.Freezer); skips where there is none.
+    Request it after the fixtures that end the frozen processes: it thaws them first."""
+    from tests.procutil import Freezer
+
+    root = Freezer.root()
+    if root is None:
+        pytest.skip("needs root and a mounted cgroup-v1 freezer (a real SIGKILL survivor)")
+    f = Freezer(root / f"eagle3-test-{os.getpid()}-{tmp_path.name}")
+    yield f
+    f.remove()
+
+
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO

@@ -103,3 +103,49 @@ class Spawner:
         for pid, ticks in self.pids:
             if ticks is not None and procfs.start_ticks(pid) == ticks and procfs.alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+class Freezer:
+    """A cgroup-v1 freezer group: a frozen task sleeps in state D and a SIGKILL stays pending until
+    the group is thawed, so it is a real process that survives SIGKILL (what a task stuck in a GPU
+    driver call looks like to the handoff) without a hung driver. Needs root and a v1 freezer
+    hierarchy mounted somewhere (`mount -t cgroup -o freezer freezer DIR`)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        path.mkdir()
+
+    @staticmethod
+    def root() -> Path | None:
+        try:
+            mounts = Path("/proc/mounts").read_text().splitlines()
+        except OSError:
+            return None
+        for line in mounts:
+            _, where, fstype, opts, *_ = line.split()
+            if fstype == "cgroup" and "freezer" in opts.split(",") and os.access(where, os.W_OK):
+                return Path(where)
+        return None
+
+    def _state(self) -> str:
+        return (self.path / "freezer.state").read_text().strip()
+
+    def freeze(self, pid: int) -> None:
+        (self.path / "cgroup.procs").write_text(str(pid))
+        (self.path / "freezer.state").write_text("FROZEN")
+        wait_until(lambda: self._state() == "FROZEN", what=f"freezer {self.path} FROZEN")
+
+    def thaw(self) -> None:
+        (self.path / "freezer.state").write_text("THAWED")
+        wait_until(lambda: self._state() == "THAWED", what=f"freezer {self.path} THAWED")
+
+    def remove(self) -> None:
+        """Thaw (a pending SIGKILL then ends the task), hand anything left back to the root group, remove."""
+        self.thaw()
+        for pid in (self.path / "cgroup.procs").read_text().split():
+            try:
+                (self.path.parent / "cgroup.procs").write_text(pid)
+            except OSError:
+                pass  # exited meanwhile
+        wait_until(lambda: not (self.path / "cgroup.procs").read_text().strip(), what="freezer group empty")
+        self.path.rmdir()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from eagle3.gpus import GpuQueryError, NvmlBackend, NvmlUnavailable, idle_checker
+from eagle3.gpus import GpuQueryError, NvmlBackend, NvmlUnavailable, gpu_sampler
 from tests.fakegpu import FakeGpuBackend
 from tests.procutil import HOLD, PY, wait_until
 
@@ -56,21 +56,21 @@ def test_fake_backend_follows_real_holders(tmp_path, spawner):
         fake.snapshot([2])
 
 
-def test_idle_checker_needs_held_memory_and_no_utilisation(tmp_path, spawner):
+def test_gpu_sampler_reads_the_given_gpus_and_none_when_it_cannot(tmp_path, spawner):
     fake = FakeGpuBackend(tmp_path / "dev", count=2)
-    idle = idle_checker(used_mib_threshold=16, util_max=5, backend_factory=lambda: fake)
-    assert idle([0]) is False  # nothing held: an idle, empty GPU is not a hang
-    spawner.start(HOLD, fake.device(0))
+    made = []
+    sample = gpu_sampler(backend_factory=lambda: made.append(1) or fake)
     spawner.start(HOLD, fake.device(1))
-    assert idle([0, 1]) is True  # memory held, no kernel running: deadlock-like
-    fake.util[1] = 60
-    assert idle([0]) is True and idle([0, 1]) is False  # busy (e.g. CUDA-graph capture): not hung
+    fake.util[1] = 100
+    [gpu1] = sample([1])
+    assert (gpu1.index, gpu1.used_mib, gpu1.util_gpu) == (1, 512, 100)
+    assert [s.index for s in sample([0, 1])] == [0, 1] and made == [1]  # one NVML session, reused
     fake.error = "GPU is lost"
-    assert idle([0]) is False  # unverifiable never ends a service on its own
+    assert sample([0]) is None  # unverifiable: the watchdog then never ends a service on silence alone
 
 
-def test_idle_checker_without_nvml_answers_false():
+def test_gpu_sampler_without_nvml_answers_none():
     def broken():
         raise NvmlUnavailable("no driver")
 
-    assert idle_checker(backend_factory=broken)([0]) is False
+    assert gpu_sampler(backend_factory=broken)([0]) is None

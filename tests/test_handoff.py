@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -114,13 +115,69 @@ def test_cuda_process_of_another_gpu_does_not_block(env, spawner):
         env.handoff(gpus=[0, 1])
 
 
-def test_device_file_holder_nvml_does_not_list_still_blocks(env, spawner):
-    # No context anywhere (an NVML reader, or a PID from another namespace): fail closed.
+def test_observers_do_not_block_and_are_listed_apart(env, spawner):
+    # On no NVML process list of any GPU, no memory: a monitor (nvidia-smi dmon, an NVML reader).
+    dmon = spawner.start(HOLD, env.gpus.device(0), env.gpus.device(1))
+    reader = spawner.start(HOLD, env.gpus.device(0))
+    for p in (dmon, reader):
+        env.gpus.contexts[p.pid] = set()
+    report = env.handoff()
+    assert report.ok and report.holders == []
+    assert {(o["pid"], o["class"], tuple(o["gpus"])) for o in report.observers} == {
+        (dmon.pid, "observer", (0, 1)), (reader.pid, "observer", (0,))}
+    assert report.gpu_check.endswith("and 2 observer(s) with no GPU context")
+    assert procfs.alive(dmon.pid) and procfs.alive(reader.pid)  # never signalled
+    text, md = to_text(report), to_markdown(report)
+    assert "Observers (device file open, no GPU context: not blocking)" in text and str(dmon.pid) in text
+    assert f"| 0, 1 | {dmon.pid} |" in md and "Still holding" not in text
+    assert json.loads(Path(report.path).read_text())["observers"][0]["class"] == "observer"
+
+
+def test_observer_on_a_gpu_with_memory_nvml_cannot_attribute_blocks_naming_it(env, spawner):
+    # The same picture as a context in another PID namespace (a container): fail closed.
     reader = spawner.start(HOLD, env.gpus.device(0))
     env.gpus.contexts[reader.pid] = set()
-    with pytest.raises(HandoffError, match=f"PID {reader.pid} .*seen via fd\\]"):
+    env.gpus.stuck_mib[0] = 5575
+    with pytest.raises(HandoffError, match=rf"GPU 0 .*: 5575 MiB used \(NVML v2\) > 16 MiB; holders: no process on "
+                                           rf"NVML's lists .*; device file open in: PID {reader.pid} .*\[observer\]") as err:
+        env.handoff(gpus=[0], deadline_s=0.5)
+    assert "held by" not in str(err.value) and procfs.alive(reader.pid)
+    assert [o["pid"] for o in err.value.report.observers] == [reader.pid]
+
+
+def test_observer_beside_a_foreign_cuda_process_only_the_cuda_process_is_named(env, spawner):
+    reader = spawner.start(HOLD, env.gpus.device(0))
+    env.gpus.contexts[reader.pid] = set()
+    cuda = spawner.start(HOLD, env.gpus.device(0))
+    with pytest.raises(HandoffError, match=f"GPU 0 .* held by PID {cuda.pid} ") as err:
         env.handoff(gpus=[0])
-    assert procfs.alive(reader.pid)
+    assert f"PID {reader.pid}" not in str(err.value)
+    assert [h["pid"] for h in err.value.report.holders] == [cuda.pid]
+    assert [o["pid"] for o in err.value.report.observers] == [reader.pid]
+
+
+def test_service_that_survives_sigkill_is_named_with_its_state_and_the_gpu_it_pins(env, monkeypatch, freezer):
+    monkeypatch.setattr("eagle3.services.KILL_WAIT_S", 1.0)
+    proc = env.launch(HOLD, env.gpus.device(0), "ignore-term")
+    freezer.freeze(proc.pid)  # state D, as a task stuck in a driver call: SIGKILL stays pending
+    t0 = time.monotonic()
+    with pytest.raises(HandoffError) as err:
+        env.handoff(grace_s=0.5, deadline_s=30)
+    took = time.monotonic() - t0
+    msg = str(err.value)
+    # The cause comes first; not the generic "held by"/deadline story.
+    assert msg.startswith(f"GPU handoff refused: PID {proc.pid} ({PY} -c import mmap") and \
+        f"of service svc (group {proc.pid}) survived SIGKILL: state D (disk sleep: uninterruptible" in msg
+    assert re.search(r"\), wchan \w+; pins GPU 0 \(512 MiB by NVML\): drain the node", msg)  # wchan: kernel's name
+    assert took < 0.5 + 1.0 + 0.5 + 2.0  # grace, SIGKILL wait, one more grace while it stays; no 30 s deadline
+    report = err.value.report
+    [stuck] = report.stuck
+    assert stuck["pid"] == proc.pid and stuck["gpus"] == [0] and "wchan " in stuck["state"]
+    assert report.services[0]["stuck"][0]["state"] == "D" and report.ended == []  # not signalled a second time
+    assert "Survived SIGKILL" in to_text(report) and procfs.alive(proc.pid)
+    freezer.thaw()  # the pending SIGKILL ends it; the GPU is free again
+    wait_until(lambda: proc.poll() is not None, what="thawed service exits")
+    assert env.handoff().ok
 
 
 def test_registry_entry_with_a_reused_pid_is_untouched(env, spawner):
@@ -152,7 +209,7 @@ def test_nvidiactl_alone_is_not_a_gpu_hold(env, spawner):
 def test_memory_held_with_no_process_blocks_until_the_deadline(env):
     env.gpus.stuck_mib[1] = 5554
     t0 = time.monotonic()
-    with pytest.raises(HandoffError, match=r"GPU 1 .*5554 MiB used .* no visible process"):
+    with pytest.raises(HandoffError, match=r"GPU 1 .*5554 MiB used .* no process on NVML's lists"):
         env.handoff(deadline_s=1.0)
     assert time.monotonic() - t0 >= 1.0
 
@@ -174,7 +231,9 @@ def test_threshold_is_inclusive_and_configurable(env):
         env.handoff(used_mib_threshold=15, deadline_s=0.3)
 
 
-def test_busy_gpu_without_processes_is_reported_wedged(env):
+def test_busy_gpu_without_processes_is_reported_wedged(env, spawner):
+    monitor = spawner.start(HOLD, env.gpus.device(0))  # an observer does not explain 100 % utilisation
+    env.gpus.contexts[monitor.pid] = set()
     env.gpus.util[0] = 100
     with pytest.raises(HandoffError, match="100% utilisation with no process"):
         env.handoff(deadline_s=0.3)

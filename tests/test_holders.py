@@ -53,3 +53,27 @@ def test_classification(tmp_path, spawner):
         assert holders[foreign.pid].via == {"fd", "nvml-compute"} and holders[foreign.pid].gpus == {0}
     finally:
         sup.stop_all()
+
+
+def test_fd_only_holders_foreign_are_observers_owned_stay_owned(tmp_path, spawner):
+    """On no NVML list of any GPU (a monitor like `nvidia-smi dmon`, an NVML reader, or our own
+    server before CUDA init): an observer if neither owned nor protected; ownership wins."""
+    fake = FakeGpuBackend(tmp_path / "dev", count=2)
+    sup = Supervisor(state_dir_for(tmp_path / "run"))
+    try:
+        own = sup.launch(LaunchSpec(name="own", argv=[PY, "-c", HOLD, str(fake.device(0))], log=tmp_path / "o.log"))
+        monitor = spawner.start(HOLD, fake.device(0), fake.device(1))
+        daemon = spawner.start(HOLD, fake.device(1), argv0="nv-hostengine")
+        cuda = spawner.start(HOLD, fake.device(0), fake.device(1))  # context on GPU 1 only
+        wait_until(lambda: "ready" in own.log_tail(), what="owned holder ready")
+        for p in (own.pid, monitor.pid, daemon.pid):
+            fake.contexts[p] = set()
+        fake.contexts[cuda.pid] = {1}
+        ownership = Ownership.build(sup.registry.token, sup.registry.entries(), ["nv-hostengine"])
+        holders = find_holders(fake.snapshot(), fake.dev_dir, ownership)
+        got = {pid: (h.cls, sorted(h.gpus), sorted(h.via)) for pid, h in holders.items()}
+        assert got == {own.pid: ("owned", [0], ["fd"]), monitor.pid: ("observer", [0, 1], ["fd"]),
+                       daemon.pid: ("protected", [1], ["fd"]), cuda.pid: ("foreign", [1], ["fd", "nvml-compute"])}
+        assert "no GPU context" in holders[monitor.pid].why
+    finally:
+        sup.stop_all()

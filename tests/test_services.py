@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -16,10 +18,12 @@ import pytest
 
 from eagle3 import procfs
 from eagle3.errors import CommandFailed, HandoffError, ServiceExited, ServiceHung, ServiceStartTimeout
+from eagle3.gpus import gpu_sampler
 from eagle3.services import (OWNER_ENV, SERVICE_ENV, Entry, HttpProbe, LaunchSpec, LogProbe, Registry, Supervisor,
                              Watchdog, state_dir_for)
 from eagle3.systemd import stop_units
-from tests.procutil import DEAF, PY, SLEEP, free_port, gone, wait_until
+from tests.fakegpu import FakeGpuBackend
+from tests.procutil import DEAF, HOLD, PY, SLEEP, free_port, gone, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -262,18 +266,112 @@ def test_chatty_service_is_not_declared_hung(tmp_path, sup):
     assert gone(proc.pid)
 
 
-@pytest.mark.parametrize("idle, expected", [(True, ServiceHung), (False, ServiceStartTimeout)])
-def test_watchdog_asks_the_gpus_before_declaring_a_hang(tmp_path, idle, expected):
-    asked = []
-    sup = Supervisor(state_dir_for(tmp_path / "run"), gpus_idle=lambda gpus: asked.append(gpus) or idle)
+# HOLD keeps the fake GPUs' device files open (the fake shows its memory) and stays silent; this logs too.
+GPU_CHATTY = HOLD.replace("while True: time.sleep(1)", "while True: print('tick', flush=True); time.sleep(0.1)")
+
+
+def gpu_supervisor(tmp_path, fake: FakeGpuBackend) -> Supervisor:
+    return Supervisor(state_dir_for(tmp_path / "run"), gpu_sample=gpu_sampler(lambda: fake))
+
+
+def test_spinning_deadlock_is_hung_whatever_the_utilisation(tmp_path):
+    """The NCCL drill's picture on 2 x H200: rank 0 spins in the collective (100 %), rank 1 waits (0 %),
+    both hold their memory still, the log is silent."""
+    fake = FakeGpuBackend(tmp_path / "dev", count=2)
+    fake.util = [100, 0]
+    sup = gpu_supervisor(tmp_path, fake)
     try:
-        proc = sup.launch(spec(tmp_path, SLEEP, gpus=[0, 1], hang_timeout_s=0.3))
-        with pytest.raises(expected):
-            proc.wait_ready([LogProbe(proc.spec.log, "never")], timeout_s=1.5, poll_s=0.05)
-        assert asked and asked[0] == [0, 1]
-        assert gone(proc.pid)
+        proc = sup.launch(spec(tmp_path, HOLD, str(fake.device(0)), str(fake.device(1)), gpus=[0, 1],
+                               hang_timeout_s=0.5))
+        wait_log(proc.spec.log, "ready")  # holding both GPUs: from here on nothing moves
+        t0 = time.monotonic()
+        with pytest.raises(ServiceHung) as err:
+            proc.wait_ready([LogProbe(proc.spec.log, "never")], timeout_s=20, poll_s=0.05)
+        assert time.monotonic() - t0 < 0.5 + 3.0  # the teardown's SIGTERM is included
+        msg = str(err.value)
+        assert msg.startswith("svc hung during startup: no log output for ")
+        assert re.search(r"GPU memory unchanged for \d+ s on GPUs \[0, 1\] \(512/512 MiB used; utilisation 100/0 %", msg)
+        assert gone(proc.pid) and sup.registry.entries() == []
     finally:
         sup.sweep(0.5)
+
+
+@pytest.mark.parametrize("case", ["memory growing", "log growing", "GPUs unreadable"])
+def test_progressing_or_unverifiable_startup_is_not_declared_hung(tmp_path, case):
+    fake = FakeGpuBackend(tmp_path / "dev", count=2)
+    fake.util = [100, 100]  # busy either way: utilisation decides nothing
+    if case == "GPUs unreadable":
+        fake.error = "GPU is lost"
+    done = threading.Event()
+
+    def allocate():  # a model load: GPU 0's memory keeps growing, silently
+        while not done.wait(0.2):
+            fake.stuck_mib[0] += 64
+
+    sup = gpu_supervisor(tmp_path, fake)
+    grower = threading.Thread(target=allocate, daemon=True)
+    try:
+        if case == "memory growing":
+            grower.start()
+        code = GPU_CHATTY if case == "log growing" else HOLD
+        proc = sup.launch(spec(tmp_path, code, str(fake.device(0)), str(fake.device(1)), gpus=[0, 1],
+                               hang_timeout_s=0.8))
+        with pytest.raises(ServiceStartTimeout):  # the budget ends it after 3 x hang_timeout_s, not the watchdog
+            proc.wait_ready([LogProbe(proc.spec.log, "never")], timeout_s=2.4, poll_s=0.05)
+        assert gone(proc.pid)
+    finally:
+        done.set()
+        sup.sweep(0.5)
+    if case == "memory growing":
+        assert fake.stuck_mib[0] >= 64 * 10
+
+
+def test_watchdog_counts_one_more_passing_probe_as_progress(tmp_path):
+    log = tmp_path / "w.log"
+    log.write_text("x")
+    dog = Watchdog(log, silence_s=0.3)
+    assert not dog.hung(0)
+    time.sleep(0.35)
+    assert not dog.hung(1)  # e.g. the log probe passed, the HTTP probe not yet
+    time.sleep(0.35)
+    assert dog.hung(1) and "1 readiness probe(s) passing, no more since" in dog.describe()
+
+
+WRITER = textwrap.dedent("""
+    import pathlib, sys, time
+    out = pathlib.Path(sys.argv[1])
+    for i in range(12):  # a trainer between log lines, writing checkpoints
+        (out / f"step-{i}.pt").write_bytes(b"x" * 1024)
+        time.sleep(0.15)
+""")
+
+
+@pytest.mark.parametrize("watched", [True, False])
+def test_one_shot_command_writing_outputs_is_progressing(tmp_path, sup, watched):
+    out = tmp_path / "out"
+    out.mkdir()
+    cmd = spec(tmp_path, WRITER, str(out), hang_timeout_s=0.6, progress_paths=[out] if watched else [])
+    if watched:
+        assert sup.run(cmd, timeout_s=30) == 0 and len(list(out.iterdir())) == 12
+    else:
+        with pytest.raises(ServiceHung, match="svc hung: no log output for"):
+            sup.run(cmd, timeout_s=30)
+        assert len(list(out.iterdir())) < 12
+
+
+def test_service_that_survives_sigkill_is_reported_with_its_kernel_state(tmp_path, sup, monkeypatch, freezer):
+    monkeypatch.setattr("eagle3.services.KILL_WAIT_S", 0.5)
+    proc = sup.launch(spec(tmp_path, DEAF))
+    wait_log(proc.spec.log, "ready")
+    freezer.freeze(proc.pid)
+    outcome = proc.stop(0.3)
+    assert not outcome.clean and outcome.survivors == [proc.pid] and outcome.signal == "SIGKILL"
+    [stuck] = outcome.stuck
+    assert (stuck["pid"], stuck["state"], stuck["comm"]) == (proc.pid, "D", os.path.basename(PY)[:15])
+    assert outcome.note.startswith(f"survived SIGKILL (PID {proc.pid}: state D (disk sleep: uninterruptible")
+    assert [e.id for e in sup.registry.entries()] == [proc.entry.id]  # kept for the next sweep
+    freezer.thaw()
+    assert proc.stop(0.3).clean and gone(proc.pid)
 
 
 def test_watchdog_without_gpus_needs_silence_only(tmp_path):

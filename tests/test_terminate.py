@@ -1,7 +1,9 @@
-"""Ending single processes by pidfd: SIGTERM, grace, SIGKILL; never a reused PID."""
+"""Ending single processes by pidfd: SIGTERM, grace, SIGKILL; never a reused PID; a survivor of
+SIGKILL named with its kernel state."""
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 
@@ -9,7 +11,7 @@ import pytest
 
 from eagle3 import procfs
 from eagle3.terminate import end_processes
-from tests.procutil import DEAF, SLEEP
+from tests.procutil import DEAF, SLEEP, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -41,3 +43,29 @@ def test_already_gone_is_reported_not_an_error(spawner):
     p.wait()
     [r] = end_processes([(p.pid, 1, "x", "owned")], grace_s=0.2)
     assert r.signal in ("none", "skipped")
+
+
+def test_task_state_reads_what_the_kernel_says(spawner):
+    p = spawner.start(SLEEP)
+    wait_until(lambda: procfs.task_state(p.pid).state == "S", what="state S (in time.sleep)")
+    os.kill(p.pid, signal.SIGSTOP)
+    stopped = wait_until(lambda: (s := procfs.task_state(p.pid)) and s.state == "T" and s, what="state T")
+    assert stopped.wchan == "do_signal_stop"  # the kernel function a stopped task waits in
+    assert stopped.describe() == "state T (stopped), wchan do_signal_stop"
+    p.kill()
+    p.wait(5)
+    assert procfs.task_state(p.pid) is None
+
+
+def test_survivor_of_sigkill_is_reported_with_its_kernel_state(spawner, monkeypatch, freezer):
+    monkeypatch.setattr("eagle3.terminate.KILL_WAIT_S", 1.0)
+    p = spawner.start(DEAF)
+    freezer.freeze(p.pid)
+    t0 = time.monotonic()
+    [r] = end_processes([target(p)], grace_s=0.3)
+    assert 1.3 <= time.monotonic() - t0 < 4
+    assert (r.signal, r.outcome) == ("SIGKILL", "survived SIGKILL")
+    assert r.state.startswith("state D (disk sleep: uninterruptible") and "wchan -" not in r.state
+    assert procfs.alive(p.pid)
+    freezer.thaw()  # the pending SIGKILL ends it now
+    assert p.wait(5) == -signal.SIGKILL

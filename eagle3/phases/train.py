@@ -116,7 +116,8 @@ def _launch(cfg: PipelineConfig, sup: Supervisor, argv: list[str], paths: TrainP
     spec = LaunchSpec(name="train-speculators", argv=argv, log=paths.log, phase=PHASE,
                       env={**env.env, "COLUMNS": "240"},  # rich wraps the trainer's log at the terminal width
                       cwd=paths.dir, gpus=list(cfg.gpus), stop_grace_s=cfg.train.stop_grace_s,
-                      hang_timeout_s=cfg.train.hang_timeout_s)
+                      hang_timeout_s=cfg.train.hang_timeout_s,
+                      progress_paths=[paths.dir])  # checkpoints written count as progress, not only log lines
     sup.run(spec)
 
 

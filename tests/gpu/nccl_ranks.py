@@ -1,10 +1,11 @@
 """The NCCL deadlock drill, one rank per GPU (2 on a 2-GPU node, 8 on an 8-GPU node).
 
-    python nccl_ranks.py launcher PORT [WORLD]   # starts WORLD ranks (default 2) in its process group, exits
+    python nccl_ranks.py launcher PORT [WORLD [wait]]   # starts WORLD ranks (default 2) in its group
     python nccl_ranks.py rank R PORT [WORLD]
 
 The launcher exits at once, so every rank is re-parented away from it (as vLLM/SGLang workers
-are) but stays in its process group. Each rank ignores SIGTERM, takes 4 GiB, joins a warm-up
+are) but stays in its process group; with `wait` it stays until the ranks end (as torchrun or a
+server's main process does), so the group can be supervised as a service that never gets ready. Each rank ignores SIGTERM, takes 4 GiB, joins a warm-up
 all-reduce, then rank 0 enters an all-reduce that the other ranks never join: rank 0 blocks in C++
 (cuda synchronize) where no Python signal handler could run, the others idle. Only SIGKILL ends them.
 """
@@ -21,6 +22,9 @@ def launcher(port: str, world: int) -> None:
     ranks = [subprocess.Popen([sys.executable, __file__, "rank", str(r), port, str(world)], env=env)
              for r in range(world)]
     print("LAUNCHED", " ".join(str(p.pid) for p in ranks), flush=True)
+    if "wait" in sys.argv[4:]:
+        for p in ranks:
+            p.wait()
 
 
 def rank(r: int, port: str, world: int) -> None:

@@ -18,7 +18,7 @@ import pytest
 from eagle3 import procfs
 from eagle3.config import Handoff
 from eagle3.errors import HandoffError
-from eagle3.gpus import NvmlBackend, NvmlUnavailable, idle_checker
+from eagle3.gpus import NvmlBackend, NvmlUnavailable
 from eagle3.handoff import run_handoff
 from eagle3.services import LaunchSpec, LogProbe, Supervisor, state_dir_for
 
@@ -90,7 +90,7 @@ def test_nvml_snapshot_v2_memory_and_device_files(nv):
 def test_cuda_service_on_one_gpu_is_freed_within_grace(tmp_path, sup, nv):
     log = tmp_path / "cuda.log"
     proc = sup.launch(LaunchSpec(name="cuda", argv=[sys.executable, str(HERE / "cuda_service.py"), "--gib", "4"],
-                                 log=log, gpus=[0]))
+                                 log=log, gpus=[0], stop_grace_s=5.0))
     proc.wait_ready([LogProbe(log, r"^READY$")], timeout_s=180, poll_s=0.1)
     held = nv.snapshot([0])[0]
     assert held.used_mib > 4096 and proc.pid in [p.pid for p in held.processes]
@@ -104,21 +104,6 @@ def test_cuda_service_on_one_gpu_is_freed_within_grace(tmp_path, sup, nv):
            steps=report.steps, after=[g["used_mib"] for g in report.gpus])
 
 
-def test_watchdog_idle_signal_on_a_real_gpu(tmp_path, sup, nv):
-    """Memory held with no kernel running reads as idle (a deadlock's signature); a busy GPU does not."""
-    seen = {}
-    for mode, extra, expected in (("idle", [], True), ("busy", ["--busy"], False)):
-        log = tmp_path / f"{mode}.log"
-        proc = sup.launch(LaunchSpec(name=mode, argv=[sys.executable, str(HERE / "cuda_service.py"), "--gib", "1",
-                                                      *extra], log=log, gpus=[0]))
-        proc.wait_ready([LogProbe(log, r"^READY$")], timeout_s=180, poll_s=0.1)
-        time.sleep(1.5)  # past the utilisation sample window of the allocation's fill kernel
-        seen[mode] = nv.snapshot([0])[0].util_gpu
-        assert idle_checker()([0]) is expected, f"{mode}: util {seen[mode]}%"
-        proc.stop(2.0)
-    record("watchdog_idle_signal", util_gpu=seen)
-
-
 @pytest.mark.skipif(GPUS < 2, reason="needs 2 GPUs")
 def test_nccl_group_with_a_deadlocked_rank_is_freed_within_grace_plus_2s(tmp_path, sup, nv):
     """One rank per visible GPU: 2 on a 2-GPU node, 8 on an 8-GPU node (issue 10's drill)."""
@@ -129,7 +114,8 @@ def test_nccl_group_with_a_deadlocked_rank_is_freed_within_grace_plus_2s(tmp_pat
         port = s.getsockname()[1]
     log = tmp_path / "nccl.log"
     launcher = sup.launch(LaunchSpec(name="nccl", argv=[sys.executable, str(HERE / "nccl_ranks.py"), "launcher",
-                                                        str(port), str(world)], log=log, gpus=gpus))
+                                                        str(port), str(world)], log=log, gpus=gpus,
+                                     stop_grace_s=3.0))
     def in_place():
         text = log.read_text()
         idle = all(f"rank{r} idle" in text for r in range(1, world))
