@@ -18,6 +18,8 @@ from pathlib import Path
 
 from .engines.drafter_formats import (ENGINE_CONVENTION, ENGINES, EXPECTED, LAYER_INPUT, DrafterConfig, Problem,
                                       config_problems, from_layer_input, parse_config, to_layer_input)
+from .errors import ConfigError, echo
+from .inputfiles import MAX_JSON_BYTES, dir_problem, file_problem, read_capped
 from .safetensors_header import SafetensorsError, TensorInfo, read_header
 
 WEIGHTS_FILE = "model.safetensors"
@@ -218,14 +220,22 @@ def check_drafter(directory: Path | str, engine: str, target: Path | str | None 
         raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
     directory = Path(directory)
     report = GateReport(str(directory), engine, convention=ENGINE_CONVENTION[engine])
-    try:
-        raw = json.loads((directory / "config.json").read_text())
-    except FileNotFoundError:
-        report.problems.append(Problem("config.json", f"not found in {directory}; point at the checkpoint dir "
+    if why := dir_problem(directory):
+        report.problems.append(Problem("checkpoint dir", f"{directory} {why}; point at the checkpoint dir "
                                        "(e.g. <save-path>/<epoch>)"))
         return report
-    except json.JSONDecodeError as e:
-        report.problems.append(Problem("config.json", f"not valid JSON ({e}); re-save the checkpoint"))
+    if why := file_problem(directory / "config.json"):
+        report.problems.append(Problem("config.json", f"{why if why != 'does not exist' else 'not found'} in "
+                                       f"{directory}; point at the checkpoint dir (e.g. <save-path>/<epoch>)"))
+        return report
+    try:
+        raw = json.loads(read_capped(directory / "config.json", MAX_JSON_BYTES, "config.json"))
+    except ConfigError as e:
+        report.problems.append(Problem("config.json", f"{e}; re-save the checkpoint"))
+        return report
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+        report.problems.append(Problem("config.json", f"not valid JSON ({echo(str(e), 200, quote=False)}); "
+                                       "re-save the checkpoint"))
         return report
     c, problems = parse_config(raw)
     report.problems += problems
