@@ -308,6 +308,22 @@ def test_check_drafter_on_hostile_paths_fails_cleanly(tmp_path, make, says):
     assert says.split(": ")[0] in output and says.split(": ")[1] in output, output
 
 
+@pytest.mark.parametrize("content,says", [(None, "FIFO (named pipe), not a regular file"),
+                                          ("[1, 2]", "must hold a JSON object"),
+                                          ('{"a": ' * 50_000, "not valid JSON")],
+                         ids=["config-json-fifo", "config-json-a-list", "config-json-nested-too-deep"])
+def test_export_drafter_on_a_hostile_config_json_fails_cleanly(tmp_path, content, says):
+    src = tmp_path / "drafter"
+    src.mkdir()
+    if content is None:
+        os.mkfifo(src / "config.json")
+    else:
+        (src / "config.json").write_text(content)
+    code, output, _ = cli(["export-drafter", str(src), str(tmp_path / "out"), "--engine", "vllm"], tmp_path)
+    assert code == 1 and says in output and "Traceback" not in output, output
+    assert not (tmp_path / "out").exists()
+
+
 def test_an_unexpected_error_is_one_line_and_a_log_not_a_traceback(tmp_path):
     """The guard in main(): any exception the commands do not map becomes exit 1, one message and a
     log with the traceback; EAGLE3_DEBUG=1 shows the traceback instead."""
