@@ -318,8 +318,10 @@ MAX_LISTED = 40             # problems listed in one message; the rest are count
 MAX_LINE_CHARS = 2000
 _KINDS = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list", dict: "a mapping",
           type(None): "null"}
-_PATTERN_HINTS = {"host": "must be a hostname or an IPv4 address such as 127.0.0.1 (no scheme, port or IPv6 literal)",
-                  "[key]": "an environment variable name must be letters, digits and underscores, not starting with a digit"}
+_PATTERN_HINTS = {
+    "host": "must be a hostname or an IPv4 address such as 127.0.0.1 (no scheme, port or IPv6 literal)",
+    "[key]": "an environment variable name must be letters, digits and underscores, not starting with a digit",
+}
 
 
 def _kind(value: object) -> str:
@@ -358,7 +360,8 @@ def _shown(e: dict, loc: str) -> str:
     got = e.get("input")
     if e["type"] in ("missing", "model_attributes_type") or isinstance(got, dict) or "api_key" in loc:
         return ""
-    hint = "; YAML reads true/false/yes/no/on/off as booleans" if isinstance(got, bool) and e["type"] != "bool_type" else ""
+    booleans = isinstance(got, bool) and e["type"] != "bool_type"
+    hint = "; YAML reads true/false/yes/no/on/off as booleans" if booleans else ""
     return f" (got {echo(got)}, {_kind(got)}{hint})"
 
 
@@ -498,6 +501,8 @@ def owned_dir_problem(path: Path, writable: bool = True, purpose: str = _OWN_DIR
     None: not a system directory or tree, not $HOME or above it, not the pack's checkout or above
     it, not inside its sources, a directory (or creatable as one), and writable (`writable`:
     checked only where the writing will happen). `purpose` ends each message with the why and fix."""
+    if "\x00" in str(path):
+        return f"{echo(str(path))} is not a valid path (it holds a NUL character)"
     real = Path(os.path.realpath(path))
     home = Path(os.path.realpath(os.path.expanduser("~")))
     shown = str(path) if real == Path(path) else f"{path} (= {real})"
@@ -542,7 +547,8 @@ def _semantic_checks(cfg: PipelineConfig, source: str) -> list[str]:
         problems.append(f"{source}: bench.prompts: {str(cfg.bench.prompts)!r} {why}; give a JSONL prompt set file, "
                         "or remove the key to benchmark on the prompts data generation held out")
     drafter = cfg.bench.drafter
-    if drafter is not None and (why := dir_problem(drafter) or _prefixed("its config.json", file_problem(drafter / "config.json"))):
+    if drafter is not None and (
+            why := dir_problem(drafter) or _prefixed("its config.json", file_problem(drafter / "config.json"))):
         problems.append(f"{source}: bench.drafter: {str(drafter)!r} is not a drafter checkpoint dir ({why}); point "
                         "it at one, or remove the key to serve the train phase's drafter")
     for name in ("vllm", "sglang", "speculators"):

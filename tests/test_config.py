@@ -317,6 +317,7 @@ UNREACHABLE = [
     ("nul-in-extra-args", {"datagen.server.extra_args": ["--x\0y"]}, "datagen.server.extra_args[0]", "NUL"),
     ("nul-in-env-value", {"engines.vllm.env.FOO": "a\0b"}, "engines.vllm.env.FOO", "NUL"),
     ("nul-in-path", {"datagen.prompts": "/tmp/a\0b"}, "datagen.prompts", "NUL"),
+    ("nul-in-run-dir", {"run_dir": "/tmp/a\0b"}, "run_dir", "NUL"),
     ("huge-argument", {"train.extra_args": ["x" * 70_000]}, "train.extra_args[0]", "70000 characters"),
     ("env-name-with-dash", {"engines.vllm.env.BAD-NAME": "1"}, "engines.vllm.env", "environment variable name"),
     ("request-extra-inf", {"datagen.request_extra": {"x": float("inf")}}, "datagen.request_extra", "inf"),
@@ -357,7 +358,7 @@ def refused(tmp_path: Path, base: dict, changes: dict, field: str) -> str:
 def _listing(path: Path | None):
     try:
         return sorted(os.listdir(path)) if path is not None else None
-    except OSError as e:
+    except (OSError, ValueError) as e:
         return type(e).__name__
 
 
@@ -427,3 +428,38 @@ def test_remote_bind_is_taken_only_when_explicit_and_warned_at_every_use(tmp_pat
     assert result.exit_code == 1 and "WARN network-exposure" in result.output  # the doctor (no model weights here)
     assert runner.invoke(app, ["validate", str(path)]).exit_code == 0
     assert not (tmp_path / "run" / "train").exists() and not (tmp_path / "run" / "bench" / "servers").exists()
+
+
+HOSTILE_VALUES = [True, False, "yes", 3.5, -1, 0, 10**30, float("nan"), "", "\x00", "x" * 70_000, [], {}, None,
+                  "/", "[/x] $(id)", ["--port=1"], {"a": [1, {"b": None}]}]
+
+
+def _leaves(node, path=()):
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from _leaves(value, (*path, key))
+    elif isinstance(node, list) and node:
+        for i, value in enumerate(node):
+            yield from _leaves(value, (*path, i))
+    yield path
+
+
+def test_any_value_in_any_field_is_taken_or_refused_never_a_crash(tmp_path, base):
+    """Every field of a valid config (and every list item), set to each of a set of hostile values:
+    parse_config returns or raises ConfigError with a bounded message; nothing else escapes."""
+    from eagle3.config import ConfigError, parse_config
+
+    tried = 0
+    for path in [p for p in _leaves(base) if p]:
+        for value in HOSTILE_VALUES:
+            raw = copy.deepcopy(base)
+            node = raw
+            for key in path[:-1]:
+                node = node[key]
+            node[path[-1]] = copy.deepcopy(value)
+            try:
+                parse_config(raw, tmp_path)
+            except ConfigError as e:
+                assert len(str(e)) < 100_000, f"{path}={value!r:.40}: a {len(str(e))}-character message"
+            tried += 1
+    assert tried > 500 and not (tmp_path / "run").exists()
