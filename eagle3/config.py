@@ -269,8 +269,11 @@ class PipelineConfig(Strict):
         return self.run_dir / phase
 
     def fingerprint(self, section: str | None = None) -> str:
-        """Stable hash of the whole config or of one section (secrets excluded)."""
-        data = self.model_dump(mode="json", exclude={"datagen": {"server": {"api_key"}}})
+        """Stable hash of the whole config or of one section (secrets excluded; so is allow_remote,
+        which changes no output: run dirs made before it existed stay done)."""
+        bind = {"server": {"allow_remote"}}
+        data = self.model_dump(mode="json", exclude={"datagen": {"server": {"api_key", "allow_remote"}},
+                                                     "extract": bind, "bench": bind})
         if section is not None:
             data = {"target": data["target"], section: data[section]}
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]

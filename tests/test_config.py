@@ -463,3 +463,17 @@ def test_any_value_in_any_field_is_taken_or_refused_never_a_crash(tmp_path, base
                 assert len(str(e)) < 100_000, f"{path}={value!r:.40}: a {len(str(e))}-character message"
             tried += 1
     assert tried > 500 and not (tmp_path / "run").exists()
+
+
+def test_allow_remote_leaves_the_fingerprints_alone(tmp_path, base):
+    """It changes no output, so done markers written before the field existed (or with another
+    value) still match: no phase is redone for it."""
+    from eagle3.config import parse_config
+
+    opened = copy.deepcopy(base)
+    for section in ("datagen", "extract", "bench"):
+        opened[section]["server"]["allow_remote"] = True
+    a, b = parse_config(base, tmp_path), parse_config(opened, tmp_path)
+    assert b.bench.server.allow_remote and not a.bench.server.allow_remote
+    assert [a.fingerprint(p) for p in (None, "datagen", "extract", "bench")] == \
+        [b.fingerprint(p) for p in (None, "datagen", "extract", "bench")]
