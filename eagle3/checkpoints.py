@@ -18,6 +18,8 @@ from pathlib import Path
 
 from .engines.drafter_formats import (ENGINE_CONVENTION, ENGINES, EXPECTED, LAYER_INPUT, DrafterConfig, Problem,
                                       config_problems, from_layer_input, parse_config, to_layer_input)
+from .errors import ConfigError, echo
+from .inputfiles import MAX_JSON_BYTES, dir_problem, file_problem, read_capped
 from .safetensors_header import SafetensorsError, TensorInfo, read_header
 
 WEIGHTS_FILE = "model.safetensors"
@@ -57,7 +59,10 @@ def read_weights(directory: Path) -> dict[str, TensorInfo]:
     """Tensor headers of a single-file or sharded safetensors checkpoint."""
     index = directory / INDEX_FILE
     if index.is_file():
-        weight_map = json.loads(index.read_text()).get("weight_map", {})
+        try:
+            weight_map = json.loads(read_capped(index, MAX_JSON_BYTES, INDEX_FILE)).get("weight_map", {})
+        except (ConfigError, ValueError, AttributeError, RecursionError) as e:
+            raise SafetensorsError(f"{index}: not a readable index ({echo(str(e), 200, quote=False)})") from None
         out: dict[str, TensorInfo] = {}
         for shard in sorted(set(weight_map.values())):
             out.update(read_header(directory / shard).tensors)
@@ -68,12 +73,13 @@ def read_weights(directory: Path) -> dict[str, TensorInfo]:
 def _target_fields(target: Path) -> tuple[dict | None, str | None]:
     path = Path(target) / "config.json"
     try:
-        raw = json.loads(path.read_text())
-    except FileNotFoundError:
-        return None, f"{path} does not exist; pass the target model dir"
-    except json.JSONDecodeError as e:
-        return None, f"{path} is not valid JSON ({e})"
-    return raw.get("text_config") or raw, None
+        raw = json.loads(read_capped(path, MAX_JSON_BYTES, "target"))
+    except ConfigError as e:  # missing, or not a regular file (a FIFO would block the read)
+        return None, f"{e}; pass the target model dir"
+    except (ValueError, RecursionError) as e:
+        return None, f"{path} is not valid JSON ({echo(str(e), 200, quote=False)})"
+    fields = (raw.get("text_config") or raw) if isinstance(raw, dict) else None
+    return (fields, None) if isinstance(fields, dict) else (None, f"{path} must hold a JSON object (a model config)")
 
 
 def _check_weights(engine: str, c: DrafterConfig, weights: dict[str, TensorInfo]) -> list[Problem]:
@@ -218,14 +224,26 @@ def check_drafter(directory: Path | str, engine: str, target: Path | str | None 
         raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
     directory = Path(directory)
     report = GateReport(str(directory), engine, convention=ENGINE_CONVENTION[engine])
-    try:
-        raw = json.loads((directory / "config.json").read_text())
-    except FileNotFoundError:
-        report.problems.append(Problem("config.json", f"not found in {directory}; point at the checkpoint dir "
+    if why := dir_problem(directory):
+        report.problems.append(Problem("checkpoint dir", f"{directory} {why}; point at the checkpoint dir "
                                        "(e.g. <save-path>/<epoch>)"))
         return report
-    except json.JSONDecodeError as e:
-        report.problems.append(Problem("config.json", f"not valid JSON ({e}); re-save the checkpoint"))
+    if why := file_problem(directory / "config.json"):
+        report.problems.append(Problem("config.json", f"{why if why != 'does not exist' else 'not found'} in "
+                                       f"{directory}; point at the checkpoint dir (e.g. <save-path>/<epoch>)"))
+        return report
+    try:
+        raw = json.loads(read_capped(directory / "config.json", MAX_JSON_BYTES, "config.json"))
+    except ConfigError as e:
+        report.problems.append(Problem("config.json", f"{e}; re-save the checkpoint"))
+        return report
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+        report.problems.append(Problem("config.json", f"not valid JSON ({echo(str(e), 200, quote=False)}); "
+                                       "re-save the checkpoint"))
+        return report
+    if not isinstance(raw, dict):
+        report.problems.append(Problem("config.json", f"holds {type(raw).__name__}, not a JSON object; re-save the "
+                                       "checkpoint"))
         return report
     c, problems = parse_config(raw)
     report.problems += problems

@@ -12,9 +12,10 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
-from .config import DEFAULT_CONFIG, PHASES, load_config
-from .errors import ConfigError, PipelineError
+from .config import DEFAULT_CONFIG, PHASES, load_config, owned_dir_problem, remote_binds
+from .errors import ConfigError, PipelineError, echo
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Run the EAGLE-3 drafter pipeline (data generation -> hidden states -> training -> "
@@ -27,22 +28,26 @@ ConfigArg = typer.Argument(DEFAULT_CONFIG, help="Pipeline config (YAML). Default
 
 
 def fail(message: str, code: int = 2) -> None:
-    err.print(f"[bold red]error[/]: {message}", markup=True, highlight=False, soft_wrap=True)
+    # escape(): messages quote config values, and "[/x]" in one would be a rich markup error
+    err.print(f"[bold red]error[/]: {escape(message)}", markup=True, highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
 def _load(config: Path):
     try:
-        return load_config(config)
+        cfg = load_config(config)
     except ConfigError as e:
         fail(str(e))
+    for line in remote_binds(cfg):  # allowed by the config (allow_remote), said at every use of it
+        err.print(f"[bold yellow]warning[/]: {escape(line)}", highlight=False, soft_wrap=True)
+    return cfg
 
 
 @app.command()
 def validate(config: Path = ConfigArg) -> None:
     """Validate a config completely; exit 0 if valid, 2 with every problem listed."""
     cfg = _load(config)
-    out.print(f"[green]valid[/]: {config} (pipeline '{cfg.name}', run dir {cfg.run_dir}, "
+    out.print(f"[green]valid[/]: {escape(str(config))} (pipeline '{cfg.name}', run dir {escape(str(cfg.run_dir))}, "
               f"{'CPU rehearsal' if cfg.cpu_rehearsal else f'GPUs {cfg.gpus}'})")
 
 
@@ -73,6 +78,17 @@ def _recover(cfg, sup, ports: list[int] | None = None) -> None:
     except HandoffError as e:
         fail(summary_line(e.report) if e.report is not None else str(e), code=1)
     err.print(summary_line(report), highlight=False, soft_wrap=True, markup=False)
+
+
+def _replaceable(directory: Path, argument: str) -> None:
+    """An output directory a command replaces as a whole: never one the pack may not own (/, $HOME,
+    its checkout, ...), never a directory of other files."""
+    why = owned_dir_problem(directory, purpose="the command replaces it as a whole: give a new directory")
+    if why:
+        fail(f"{argument}: {why}")
+    if directory.is_dir() and not (directory / "config.json").is_file() and any(directory.iterdir()):
+        fail(f"{argument}: {directory} holds other files (and no config.json); the command would replace it as a "
+             "whole: give a new or empty directory")
 
 
 def _check_phases(names: list[str], option: str) -> None:
@@ -181,7 +197,7 @@ def _print_outcome(cfg) -> None:
     for phase in PHASES:
         marker = done_marker(cfg, phase)
         if marker:
-            out.print(f"[green]done[/] {phase:8s} output {marker['fingerprint']}  ({cfg.phase_dir(phase)})")
+            out.print(f"[green]done[/] {phase:8s} output {marker['fingerprint']}  ({escape(str(cfg.phase_dir(phase)))})")
     report = cfg.phase_dir("bench") / "report.md"
     if report.exists():
         out.print(report.read_text(), markup=False, highlight=False, soft_wrap=True)
@@ -205,6 +221,7 @@ def make_tiny_model(
     from .config import EngineEnv
     from .tinymodel import TinyModelSpec, default_engine, ensure_tiny_model, is_current
 
+    _replaceable(directory, "DIR")
     try:
         engine = default_engine()
         if engine_python is not None:
@@ -216,7 +233,7 @@ def make_tiny_model(
         fail(str(e))
     except PipelineError as e:
         fail(str(e), code=1)
-    out.print(f"[green]{'up to date' if fresh else 'built'}[/]: {path}")
+    out.print(f"[green]{'up to date' if fresh else 'built'}[/]: {escape(str(path))}")
 
 
 @app.command()
@@ -238,7 +255,7 @@ def datagen(config: Path = ConfigArg,
         summary = run_datagen(cfg, sup, on_progress=on_progress, base_url=base_url)
     out.print(f"[green]datagen[/]: {summary.samples}/{summary.total} samples ({summary.new_samples} new, "
               f"{summary.resumed} resumed, {summary.failed} failed), {summary.completion_tokens} tokens at "
-              f"{summary.output_tok_s:.1f} tok/s, {summary.retries} retries -> {summary.output}")
+              f"{summary.output_tok_s:.1f} tok/s, {summary.retries} retries -> {escape(str(summary.output))}")
 
 
 @app.command()
@@ -263,7 +280,8 @@ def extract(config: Path = ConfigArg,
         summary = run_extract(cfg, sup, force=force, on_progress=on_progress)
     out.print(f"[green]extract[/]: {summary.samples} hidden-state files ({summary.kept_files} kept, "
               f"{summary.new_files} new, {summary.redone_files} redone), layers {summary.layer_ids} "
-              f"(vllm convention), {summary.total_tokens} tokens, {summary.total_bytes} bytes -> {summary.manifest}")
+              f"(vllm convention), {summary.total_tokens} tokens, {summary.total_bytes} bytes -> "
+              f"{escape(str(summary.manifest))}")
 
 
 def _parse_gpus(text: str) -> list[int]:
@@ -310,6 +328,8 @@ def handoff(config: Optional[Path] = typer.Argument(
             fail(str(e))
     if run_dir is not None and not run_dir.is_dir():  # a typo must not pass as "nothing to stop"
         fail(f"--run-dir: {run_dir} is not a directory")
+    if run_dir is not None and (why := owned_dir_problem(run_dir)):  # the report is written there
+        fail(f"--run-dir: {why}")
     run_dir = run_dir or cfg.run_dir
     before = next_phase(after)
     ids = _parse_gpus(gpus) if gpus is not None else (list(cfg.gpus) if cfg else None)
@@ -331,7 +351,8 @@ def handoff(config: Optional[Path] = typer.Argument(
     else:
         out.print(renderable(report))
     if code:
-        err.print(f"[bold red]handoff refused[/]: {'; '.join(report['problems'])}", highlight=False, soft_wrap=True)
+        err.print(f"[bold red]handoff refused[/]: {escape('; '.join(report['problems']))}", highlight=False,
+                  soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -392,8 +413,8 @@ def doctor(config: Path = ConfigArg,
     else:
         colour = {FAIL: "red", WARN: "yellow"}
         for c in checks:
-            fix = f"  [dim]fix: {c.fix}[/]" if c.fix and c.status != "PASS" else ""
-            out.print(f"[{colour.get(c.status, 'green')}]{c.status}[/] {c.name:24s} {c.reason} "
+            fix = f"  [dim]fix: {escape(c.fix)}[/]" if c.fix and c.status != "PASS" else ""
+            out.print(f"[{colour.get(c.status, 'green')}]{c.status}[/] {escape(c.name):24s} {escape(c.reason)} "
                       f"[dim]({c.seconds:.1f} s)[/]{fix}", highlight=False, soft_wrap=True)
     raise typer.Exit(1 if failed(checks) else 0)
 
@@ -411,7 +432,8 @@ def train(config: Path = ConfigArg, wait: float = WaitOption) -> None:
                         "rerun to resume from it", wait_s=wait):
         manifest = run_train(cfg, sup)
     label = "[green]TRAINED[/]" if manifest["trained"] else f"[bold yellow]{manifest['status']}[/]"
-    out.print(f"train: {label}\n  checkpoint {manifest['checkpoint']} (gated for {manifest['engine']}, aux layer ids "
+    out.print(f"train: {label}\n  checkpoint {escape(str(manifest['checkpoint']))} "
+              f"(gated for {manifest['engine']}, aux layer ids "
               f"{manifest['aux_layer_ids']} in the {manifest['aux_layer_ids_convention']} convention)\n"
               f"  epochs {manifest['epochs_completed']}/{manifest['epochs']}, global step {manifest['global_step']}",
               highlight=False, soft_wrap=True)
@@ -456,6 +478,7 @@ def export_drafter_cmd(
 
     if engine not in ("vllm", "sglang") or convention not in (None, "vllm", "sglang"):
         fail("--engine and --aux-convention take vllm or sglang")
+    _replaceable(output, "OUTPUT")
     try:
         path = export_drafter(directory, output, engine, source_convention=convention)
     except PipelineError as e:
@@ -494,13 +517,14 @@ def make_test_drafter(
     from .engines.drafters import DrafterSpec, ensure_drafter
     from .tinymodel import default_engine
 
+    _replaceable(directory, "DIRECTORY")
     try:
         path = ensure_drafter(directory, target, default_engine(), DrafterSpec(constant=constant, seed=seed))
     except ConfigError as e:
         fail(str(e))
     except PipelineError as e:
         fail(str(e), code=1)
-    out.print(f"[green]drafter[/]: {path} ({'constant' if constant else 'random, untrained'})")
+    out.print(f"[green]drafter[/]: {escape(str(path))} ({'constant' if constant else 'random, untrained'})")
 
 
 def main() -> None:
@@ -509,6 +533,32 @@ def main() -> None:
     except KeyboardInterrupt:
         err.print("interrupted")
         sys.exit(130)
+    except Exception as e:  # noqa: BLE001 - the last line: one message and exit 1, never a traceback
+        if os.environ.get("EAGLE3_DEBUG"):
+            raise
+        log = _crash_log()
+        err.print(f"error: unexpected {type(e).__name__}: {echo(str(e), 500, quote=False)}\n(details in {log}; "
+                  "EAGLE3_DEBUG=1 shows the traceback here)", markup=False, highlight=False, soft_wrap=True)
+        sys.exit(1)
+
+
+def _crash_log() -> str:
+    """Write the traceback of the exception being handled to a file; its path, or why not."""
+    import tempfile
+    import time
+    import traceback
+
+    text = traceback.format_exc()[-1_000_000:]
+    for folder in (Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "eagle3",
+                   Path(tempfile.gettempdir())):
+        path = folder / f"eagle3-crash-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            return str(path)
+        except OSError:
+            continue
+    return "nowhere (no writable state or temp directory)"
 
 
 if __name__ == "__main__":

@@ -8,18 +8,28 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, SecretStr, ValidationError, ValidationInfo, field_validator,
+                      model_validator)
 
-from .errors import ConfigError
+from . import managed, safe_yaml
+from .errors import ConfigError, echo
+from .inputfiles import MAX_JSON_BYTES, decode_utf8, dir_problem, file_problem, read_capped
 
 PHASES: tuple[str, ...] = ("datagen", "extract", "train", "bench")
 Port = Annotated[int, Field(ge=1, le=65535)]
-PositiveFloat = Annotated[float, Field(gt=0)]
+# A week: beyond that a budget is a typo, and timers of the standard library overflow near 1e9 s.
+PositiveFloat = Annotated[float, Field(gt=0, le=7 * 24 * 3600)]
+# Paths are given as strings; every other scalar must have its own type (no "8000" for a port, no
+# true for a count): the model config is strict, and only paths opt out of it.
+FsPath = Annotated[Path, Field(strict=False)]
+EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+# A hostname or an IPv4 address (engine URLs are built as http://host:port, so no IPv6 literal).
+Host = Annotated[str, Field(pattern=r"^[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$")]
 
 PROTECTED_PROCESS_NAMES = (
     "nvidia-persistenced",
@@ -34,7 +44,7 @@ PROTECTED_PROCESS_NAMES = (
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, strict=True, allow_inf_nan=False)
 
 
 class EngineEnv(Strict):
@@ -42,9 +52,9 @@ class EngineEnv(Strict):
     scripts sit beside it), or a command prefix that enters an environment managed elsewhere
     (e.g. ["conda", "run", "-n", "vllm"]); `python` and console scripts then run under it."""
 
-    python: Path | None = None
+    python: FsPath | None = None
     command_prefix: list[str] = Field(default_factory=list)
-    env: dict[str, str] = Field(default_factory=dict)
+    env: dict[EnvName, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _one_way(self) -> "EngineEnv":
@@ -69,7 +79,7 @@ class Engines(Strict):
 
 
 class Target(Strict):
-    model: Path
+    model: FsPath
     served_name: str = Field("target", min_length=1, pattern=r"^[A-Za-z0-9._/-]+$")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     max_model_len: int = Field(4096, gt=0)
@@ -78,13 +88,35 @@ class Target(Strict):
 
 
 class Server(Strict):
-    host: str = "127.0.0.1"
+    # A host other than loopback makes the server reachable from the network: only on request,
+    # and every run and the doctor say so. (Declared first: the host check reads it.)
+    allow_remote: bool = False
+    host: Host = "127.0.0.1"
     port: Port
     startup_timeout_s: PositiveFloat = 900.0
     hang_timeout_s: PositiveFloat = 600.0
     stop_grace_s: PositiveFloat = 20.0
     extra_args: list[str] = Field(default_factory=list)
     api_key: SecretStr | None = None
+
+    @field_validator("api_key")
+    @classmethod
+    def _header_safe(cls, v):
+        # It travels as "Authorization: Bearer <key>": a control character or non-ASCII text cannot,
+        # and HTTP strips surrounding spaces (the server would then compare another key).
+        key = v.get_secret_value() if v is not None else None
+        if key is not None and (not key or key != key.strip() or not all(" " <= c <= "~" for c in key)):
+            raise ValueError("must be non-empty printable ASCII without leading or trailing spaces (it is sent as "
+                             "an HTTP header; a newline or other control character cannot be); the key is not shown")
+        return v
+
+    @field_validator("host")
+    @classmethod
+    def _loopback_unless_allowed(cls, v, info: ValidationInfo):
+        if not info.data.get("allow_remote") and not managed.is_loopback(v):
+            raise ValueError("makes the server reachable from the network; use 127.0.0.1, or set allow_remote: true "
+                             "in the same section to allow it (every run then warns)")
+        return v
 
 
 class Sampling(Strict):
@@ -96,7 +128,7 @@ class Sampling(Strict):
 
 class Datagen(Strict):
     engine: Literal["vllm", "sglang"] = "vllm"
-    prompts: Path
+    prompts: FsPath
     max_samples: int | None = Field(None, gt=0)
     server: Server
     sampling: Sampling = Sampling()
@@ -116,6 +148,8 @@ class Datagen(Strict):
     @field_validator("request_extra")
     @classmethod
     def _no_owned_keys(cls, v):
+        if _non_finite(v):
+            raise ValueError("holds inf or nan, which JSON cannot carry; use a finite number")
         owned = sorted(set(v) & {"model", "messages", "stream", "n"})
         if owned:
             raise ValueError(f"{owned} are set by the pack; remove them from request_extra")
@@ -142,7 +176,7 @@ class Extract(Strict):
             if len(v) < 1:
                 raise ValueError("give at least one layer id, or leave it unset for the default (2, L//2, L-3)")
             if len(set(v)) != len(v):
-                raise ValueError(f"layer ids must be distinct, got {v}")
+                raise ValueError(f"layer ids must be distinct, got {echo(v)}")
         return v
 
 
@@ -173,10 +207,10 @@ class Bench(Strict):
     ignore_eos: bool = False
     # Benchmark prompts. Default (unset): the rows of datagen.prompts that data generation did not
     # use (held out from training); set it to measure on another prompt set (e.g. MT-Bench as JSONL).
-    prompts: Path | None = None
+    prompts: FsPath | None = None
     # Serve this drafter instead of the train phase's output (a published drafter, or a test
     # drafter); `drafter_trained` says whether the acceptance gate applies to it.
-    drafter: Path | None = None
+    drafter: FsPath | None = None
     drafter_trained: bool = True
     client_timeout_s: PositiveFloat = 3600.0  # one `vllm bench serve` / bench_serving invocation
 
@@ -186,7 +220,7 @@ class Bench(Strict):
         if not v:
             raise ValueError("give at least one value")
         if len(set(v)) != len(v):
-            raise ValueError(f"values must be distinct, got {v}")
+            raise ValueError(f"values must be distinct, got {echo(v)}")
         return sorted(v)
 
 
@@ -197,15 +231,15 @@ class Handoff(Strict):
     used_mib_threshold: int = Field(16, ge=0)
     protected_process_names: list[str] = Field(default_factory=lambda: list(PROTECTED_PROCESS_NAMES))
     systemd_units: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9@._:-]+$")]] = Field(default_factory=list)
-    shm_dir: Path = Path("/dev/shm")
-    dev_dir: Path = Path("/dev")
-    pycache_dirs: list[Path] = Field(default_factory=list)
+    shm_dir: FsPath = Path("/dev/shm")
+    dev_dir: FsPath = Path("/dev")
+    pycache_dirs: list[FsPath] = Field(default_factory=list)
     extra_ports: list[Port] = Field(default_factory=list)
 
 
 class PipelineConfig(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-    run_dir: Path
+    run_dir: FsPath
     gpus: list[Annotated[int, Field(strict=True, ge=0)]] = Field(default_factory=list)
     target: Target
     engines: Engines
@@ -219,7 +253,7 @@ class PipelineConfig(Strict):
     @classmethod
     def _gpus_distinct(cls, v):
         if len(set(v)) != len(v):
-            raise ValueError(f"GPU ids must be distinct, got {v}")
+            raise ValueError(f"GPU ids must be distinct, got {echo(v)}")
         return v
 
     # ---- derived -----------------------------------------------------------------------------
@@ -235,8 +269,11 @@ class PipelineConfig(Strict):
         return self.run_dir / phase
 
     def fingerprint(self, section: str | None = None) -> str:
-        """Stable hash of the whole config or of one section (secrets excluded)."""
-        data = self.model_dump(mode="json", exclude={"datagen": {"server": {"api_key"}}})
+        """Stable hash of the whole config or of one section (secrets excluded; so is allow_remote,
+        which changes no output: run dirs made before it existed stay done)."""
+        bind = {"server": {"allow_remote"}}
+        data = self.model_dump(mode="json", exclude={"datagen": {"server": {"api_key", "allow_remote"}},
+                                                     "extract": bind, "bench": bind})
         if section is not None:
             data = {"target": data["target"], section: data[section]}
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
@@ -278,6 +315,22 @@ def _resolve_paths(raw: dict, base: Path) -> dict:
     return raw
 
 
+MAX_CONFIG_BYTES = 1 << 20  # a config is a few KB; the cap also bounds the parsing time (< 1 s)
+MAX_STRING_CHARS = 1 << 16  # a command-line argument holds at most 128 KiB (Linux MAX_ARG_STRLEN)
+MAX_LISTED = 40             # problems listed in one message; the rest are counted
+MAX_LINE_CHARS = 2000
+_KINDS = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list", dict: "a mapping",
+          type(None): "null"}
+_PATTERN_HINTS = {
+    "host": "must be a hostname or an IPv4 address such as 127.0.0.1 (no scheme, port or IPv6 literal)",
+    "[key]": "an environment variable name must be letters, digits and underscores, not starting with a digit",
+}
+
+
+def _kind(value: object) -> str:
+    return _KINDS.get(type(value), type(value).__name__)
+
+
 def _loc(loc: tuple) -> str:
     out = ""
     for part in loc:
@@ -286,23 +339,72 @@ def _loc(loc: tuple) -> str:
         elif part in ("function-after", "function-before") or str(part).startswith(("function-", "constrained-")):
             continue
         else:
-            out += ("." if out else "") + str(part)
+            out += ("." if out else "") + echo(str(part), 60, quote=False)
     return out or "(top level)"
 
 
 def _format_errors(err: ValidationError, source: str) -> list[str]:
     lines = []
-    for e in err.errors():
+    for e in err.errors(include_url=False):
         loc = _loc(e["loc"])
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
             msg = "unknown key; remove it or check its spelling (see the config reference in README.md)"
         elif e["type"] == "missing":
             msg = "required field is missing; add it"
-        got = e.get("input")
-        shown = "" if e["type"] in ("missing", "model_attributes_type") or isinstance(got, dict) else f" (got {got!r})"
-        lines.append(f"{source}: {loc}: {msg}{shown}")
+        elif e["type"] == "string_pattern_mismatch":
+            msg = next((hint for end, hint in _PATTERN_HINTS.items() if loc.endswith(end)), msg)
+        lines.append(f"{source}: {loc}: {msg}{_shown(e, loc)}")
     return lines
+
+
+def _shown(e: dict, loc: str) -> str:
+    """What was given, as far as a message may echo it: never a secret, never more than a line."""
+    got = e.get("input")
+    if e["type"] in ("missing", "model_attributes_type") or isinstance(got, dict) or "api_key" in loc:
+        return ""
+    booleans = isinstance(got, bool) and e["type"] != "bool_type"
+    hint = "; YAML reads true/false/yes/no/on/off as booleans" if booleans else ""
+    return f" (got {echo(got)}, {_kind(got)}{hint})"
+
+
+def _raw_problems(raw: dict) -> list[str]:
+    """Text no destination can carry, whatever field it is in: a NUL (argv, environment and paths
+    end at it) and strings beyond what one command-line argument may hold."""
+    problems, stack = [], [(raw, "")]
+    while stack:
+        value, where = stack.pop()
+        if isinstance(value, str):
+            if "\x00" in value:
+                problems.append(f"{where or '(top level)'}: contains a NUL character, which no command line, "
+                                "environment variable or path can carry; remove it")
+            if len(value) > MAX_STRING_CHARS:
+                problems.append(f"{where or '(top level)'}: a string of {len(value)} characters, more than the "
+                                f"{MAX_STRING_CHARS} allowed (an engine argument can hold at most 128 KiB)")
+        elif isinstance(value, dict):
+            for key, item in reversed(list(value.items())):
+                inner = (where + "." if where else "") + echo(str(key), 60, quote=False)
+                stack.append((item, inner))
+                if isinstance(key, str):
+                    stack.append((key, f"{inner} (the key)"))
+        elif isinstance(value, list):
+            stack.extend((item, f"{where}[{i}]") for i, item in reversed(list(enumerate(value))))
+    return problems
+
+
+def _non_finite(value: object) -> bool:
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, float) and not math.isfinite(v):
+            return True
+        stack.extend(v.values() if isinstance(v, dict) else v if isinstance(v, list) else ())
+    return False
+
+
+def server_engines(cfg: PipelineConfig) -> list[tuple[str, str]]:
+    """(phase section, engine) of each phase that runs a server."""
+    return [("datagen", cfg.datagen.engine), ("extract", "vllm"), ("bench", cfg.bench.engine)]
 
 
 def cross_checks(cfg: PipelineConfig) -> list[tuple[str, str]]:
@@ -315,7 +417,7 @@ def cross_checks(cfg: PipelineConfig) -> list[tuple[str, str]]:
         if port in seen:
             problems.append((where, f"port {port} is also used by {seen[port]}; give each server its own port"))
         seen[port] = where
-    for phase, engine in (("datagen", cfg.datagen.engine), ("extract", "vllm"), ("bench", cfg.bench.engine)):
+    for phase, engine in server_engines(cfg):
         if getattr(cfg.engines, engine) is None:
             problems.append((f"engines.{engine}", f"phase '{phase}' uses engine '{engine}'; set engines.{engine}"))
     if cfg.engines.speculators is None:
@@ -325,33 +427,145 @@ def cross_checks(cfg: PipelineConfig) -> list[tuple[str, str]]:
                          f"{cfg.target.tensor_parallel_size} exceeds the {len(cfg.gpus)} GPUs listed in 'gpus'"))
     if not cfg.gpus and cfg.target.tensor_parallel_size != 1:
         problems.append(("target.tensor_parallel_size", "a CPU rehearsal (empty 'gpus') supports only 1"))
+    return problems + _managed_conflicts(cfg) + _bounds(cfg)
+
+
+def _managed_conflicts(cfg: PipelineConfig) -> list[tuple[str, str]]:
+    """What extra_args or an engine env would set a second time (eagle3/managed.py says why not)."""
+    twice = "a second value silently wins or loses"
+    problems = []
+    for section, engine in server_engines(cfg):
+        args = list(getattr(cfg, section).server.extra_args)
+        for i, arg, owner in managed.flag_conflicts(args, managed.server_flag_table(engine, section), section):
+            problems.append((f"{section}.server.extra_args[{i}]", f"{echo(arg)} is also set by the pack, from {owner}; "
+                                                                 f"{twice}: remove it from extra_args"))
+    for i, arg, owner in managed.flag_conflicts(list(cfg.train.extra_args), managed.TRAIN_FLAGS):
+        problems.append((f"train.extra_args[{i}]", f"{echo(arg)} is also set by the pack, from {owner}; {twice}: "
+                                                   "remove it from extra_args"))
+    for name in ("vllm", "sglang", "speculators"):
+        env = getattr(cfg.engines, name)
+        if env is not None:
+            remote_ok = any(getattr(cfg, s).server.allow_remote for s, e in server_engines(cfg) if e == name)
+            problems += [(f"engines.{name}.env.{var}", why) for var, why in managed.env_conflicts(name, env.env, remote_ok)]
     return problems
+
+
+def _bounds(cfg: PipelineConfig) -> list[tuple[str, str]]:
+    """Values that bound one another. (Not here, as they are not contradictions: a hang timeout
+    above the startup budget, a connect timeout above the per-read request timeout, max_tokens
+    beyond max_model_len, which vLLM clamps.)"""
+    problems = []
+    h = cfg.handoff
+    if h.deadline_s <= h.grace_s:
+        problems.append(("handoff.deadline_s", f"{h.deadline_s:g} s is not more than handoff.grace_s ({h.grace_s:g} s): "
+                         "ending the services may use the whole grace and leave no time to see the GPUs freed; "
+                         "make deadline_s larger than grace_s"))
+    if h.poll_interval_s >= h.deadline_s:
+        problems.append(("handoff.poll_interval_s", f"{h.poll_interval_s:g} s is not less than handoff.deadline_s "
+                         f"({h.deadline_s:g} s): the GPUs would be looked at once; make it smaller"))
+    return problems
+
+
+def remote_binds(cfg: PipelineConfig) -> list[str]:
+    """One line per network exposure the config allows (allow_remote), for every run and the doctor to say."""
+    lines = []
+    for section, _ in server_engines(cfg):
+        server = getattr(cfg, section).server
+        if not managed.is_loopback(server.host):
+            lines.append(f"{section}.server.host is {server.host}: the {section} server is reachable from the network "
+                         f"(allowed by {section}.server.allow_remote){'' if server.api_key else ', without an api_key'}")
+    for name, var in managed.REMOTE_ENV.items():
+        env = getattr(cfg.engines, name)
+        if env is not None and var in env.env and not managed.is_loopback(env.env[var]):
+            lines.append(f"engines.{name}.env.{var} is {echo(env.env[var])}: {name}'s internal ports are reachable "
+                         "from the network (allowed by allow_remote)")
+    return lines
+
+
+# ---- where the pipeline writes -----------------------------------------------------------------
+
+CHECKOUT = Path(__file__).resolve().parent.parent
+_SOURCE_DIRS = ("eagle3", "flows", "tasks", "tests", "configs", "deployments", "scripts", "docs", "bench", ".git")
+_SYSTEM_DIRS = ("/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/libx32", "/media", "/mnt",
+                "/opt", "/proc", "/root", "/run", "/sbin", "/snap", "/srv", "/sys", "/tmp", "/usr", "/var", "/var/tmp",
+                "/var/lib", "/var/log", "/var/cache", "/usr/local")
+_SYSTEM_TREES = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/sbin", "/sys", "/usr")
+_OWN_DIR = ("the pipeline creates, replaces and deletes phase directories in run_dir: give it a directory of its "
+            "own, e.g. /data/eagle3/runs/NAME or runs/NAME next to the config")
+
+
+def _within(path: Path, top: str | Path) -> bool:
+    tops = {Path(top), Path(os.path.realpath(top))}
+    return any(path == t or t in path.parents for t in tops)
+
+
+def owned_dir_problem(path: Path, writable: bool = True, purpose: str = _OWN_DIR) -> str | None:
+    """Why the pack may not own the directory `path` (run_dir, or an output a command replaces), or
+    None: not a system directory or tree, not $HOME or above it, not the pack's checkout or above
+    it, not inside its sources, a directory (or creatable as one), and writable (`writable`:
+    checked only where the writing will happen). `purpose` ends each message with the why and fix."""
+    if "\x00" in str(path):
+        return f"{echo(str(path))} is not a valid path (it holds a NUL character)"
+    real = Path(os.path.realpath(path))
+    home = Path(os.path.realpath(os.path.expanduser("~")))
+    shown = str(path) if real == Path(path) else f"{path} (= {real})"
+    if real == home:
+        return f"{shown} is your home directory; {purpose}"
+    if any(real == Path(d) or real == Path(os.path.realpath(d)) for d in _SYSTEM_DIRS):
+        return f"{shown} is a system directory; {purpose}"
+    tree = next((t for t in _SYSTEM_TREES if _within(real, t)), None)
+    if tree:
+        return f"{shown} is inside the system tree {tree}; {purpose}"
+    if real in home.parents:
+        return f"{shown} holds your home directory ({home}); {purpose}"
+    if real == CHECKOUT or real in CHECKOUT.parents:
+        return f"{shown} holds the pack's own checkout ({CHECKOUT}); {purpose}"
+    source = next((d for d in _SOURCE_DIRS if _within(real, CHECKOUT / d)), None)
+    if source:
+        return f"{shown} is inside the pack's source tree ({CHECKOUT / source}); {purpose}"
+    existing = next(p for p in (real, *real.parents) if os.path.lexists(p))
+    why = dir_problem(existing)
+    if why:
+        return (f"{shown} {why}; {purpose}" if existing == real else
+                f"{shown} cannot be created: {existing} {why}; {purpose}")
+    if writable and not os.access(existing, os.W_OK | os.X_OK):
+        return f"{shown} is not writable ({existing}: permission denied); {purpose}"
+    return None
 
 
 def _semantic_checks(cfg: PipelineConfig, source: str) -> list[str]:
     """Checks that need the filesystem; run after the schema has accepted the shape."""
-    problems = [f"{source}: {field}: {msg}" for field, msg in cross_checks(cfg)]
+    problems = []
     model = cfg.target.model
-    if not model.is_dir():
-        problems.append(f"{source}: target.model: directory {str(model)!r} does not exist; "
-                        "point it at a Hugging Face model dir (for the CPU rehearsal: `eagle3 make-tiny-model DIR`)")
-    elif not (model / "config.json").is_file():
-        problems.append(f"{source}: target.model: {str(model)!r} has no config.json; it must be a Hugging Face model dir")
-    if not cfg.datagen.prompts.is_file():
-        problems.append(f"{source}: datagen.prompts: file {str(cfg.datagen.prompts)!r} does not exist; give a JSONL prompt set")
-    if cfg.bench.prompts is not None and not cfg.bench.prompts.is_file():
-        problems.append(f"{source}: bench.prompts: file {str(cfg.bench.prompts)!r} does not exist; give a JSONL prompt "
-                        "set, or remove the key to benchmark on the prompts data generation held out")
-    if cfg.bench.drafter is not None and not (cfg.bench.drafter / "config.json").is_file():
-        problems.append(f"{source}: bench.drafter: {str(cfg.bench.drafter)!r} is not a drafter checkpoint dir (no "
-                        "config.json); point it at one, or remove the key to serve the train phase's drafter")
+    config_json = model / "config.json"
+    if why := dir_problem(model):
+        problems.append(f"{source}: target.model: {str(model)!r} {why}; point it at a Hugging Face model dir "
+                        "(for the CPU rehearsal: `eagle3 make-tiny-model DIR`)")
+    elif why := file_problem(config_json):
+        problems.append(f"{source}: target.model: {str(model)!r} has no usable config.json ({config_json} {why}); "
+                        "it must be a Hugging Face model dir")
+    if why := file_problem(cfg.datagen.prompts):
+        problems.append(f"{source}: datagen.prompts: {str(cfg.datagen.prompts)!r} {why}; give a JSONL prompt set file")
+    if cfg.bench.prompts is not None and (why := file_problem(cfg.bench.prompts)):
+        problems.append(f"{source}: bench.prompts: {str(cfg.bench.prompts)!r} {why}; give a JSONL prompt set file, "
+                        "or remove the key to benchmark on the prompts data generation held out")
+    drafter = cfg.bench.drafter
+    if drafter is not None and (
+            why := dir_problem(drafter) or _prefixed("its config.json", file_problem(drafter / "config.json"))):
+        problems.append(f"{source}: bench.drafter: {str(drafter)!r} is not a drafter checkpoint dir ({why}); point "
+                        "it at one, or remove the key to serve the train phase's drafter")
     for name in ("vllm", "sglang", "speculators"):
         env = getattr(cfg.engines, name)
-        if env is not None and env.python is not None and not os.access(env.python, os.X_OK):
-            problems.append(f"{source}: engines.{name}.python: {str(env.python)!r} is not an executable interpreter; "
-                            "build it with `make engine-env` or point it at the engine venv's bin/python")
+        if env is not None and env.python is not None and (
+                why := file_problem(env.python) or (None if os.access(env.python, os.X_OK) else "is not executable")):
+            problems.append(f"{source}: engines.{name}.python: {str(env.python)!r} {why}; it must be an executable "
+                            "interpreter: build it with `make engine-env` or point it at the engine venv's bin/python")
+    for where, path in (("handoff.shm_dir", cfg.handoff.shm_dir), ("handoff.dev_dir", cfg.handoff.dev_dir),
+                        *((f"handoff.pycache_dirs[{i}]", p) for i, p in enumerate(cfg.handoff.pycache_dirs))):
+        if os.path.lexists(path) and (why := dir_problem(path)):
+            problems.append(f"{source}: {where}: {str(path)!r} {why}; it must be a directory")
     layers = None
-    if model.is_dir() and (model / "config.json").is_file():
+    if not dir_problem(model) and not file_problem(config_json):
         try:
             layers = num_hidden_layers(model)
         except ConfigError as e:  # a corrupt config.json is a finding to list, not a traceback
@@ -359,8 +573,8 @@ def _semantic_checks(cfg: PipelineConfig, source: str) -> list[str]:
     if cfg.extract.aux_layer_ids and layers is not None:
         bad = [i for i in cfg.extract.aux_layer_ids if i >= layers]
         if layers and bad:
-            problems.append(f"{source}: extract.aux_layer_ids: {bad} out of range for a target with {layers} layers "
-                            f"(valid: 0..{layers - 1}; the last layer is added by include_last_layer)")
+            problems.append(f"{source}: extract.aux_layer_ids: {echo(bad)} out of range for a target with {layers} "
+                            f"layers (valid: 0..{layers - 1}; the last layer is added by include_last_layer)")
     if cfg.extract.aux_layer_ids is None and layers is not None:
         default = default_aux_layer_ids(layers)
         if layers and (len(set(default)) != len(default) or not all(0 <= i < layers for i in default)):
@@ -369,6 +583,10 @@ def _semantic_checks(cfg: PipelineConfig, source: str) -> list[str]:
                             f"three distinct layers of this {layers}-layer target; set it explicitly "
                             f"(ids 0..{layers - 1}, e.g. {[max(0, layers - 3), max(0, layers - 2), layers - 1]})")
     return problems
+
+
+def _prefixed(prefix: str, why: str | None) -> str | None:
+    return f"{prefix} {why}" if why else None
 
 
 def default_aux_layer_ids(num_layers: int) -> list[int]:
@@ -380,49 +598,61 @@ def num_hidden_layers(model_dir: Path) -> int:
     """The target's layer count from its config.json (0 if absent); ConfigError naming the file if
     the file is not a readable JSON object or the count is not an integer."""
     path = Path(model_dir) / "config.json"
+    data = read_capped(path, MAX_JSON_BYTES, "target.model")
     try:
-        cfg = json.loads(path.read_text())
+        cfg = json.loads(data)
     except json.JSONDecodeError as e:
         raise ConfigError(f"target.model: {path} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}); "
                           "restore the model's config.json") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"target.model: cannot read {path} ({e})") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"target.model: {path} is not UTF-8 JSON (byte offset {e.start}); restore it") from None
+    except RecursionError:
+        raise ConfigError(f"target.model: {path} is nested too deeply to be a model config; restore it") from None
     text = (cfg.get("text_config") or cfg) if isinstance(cfg, dict) else cfg
     if not isinstance(text, dict):
         raise ConfigError(f"target.model: {path} must hold a JSON object (a Hugging Face model config), "
                           f"got {type(text).__name__}")
     value = text.get("num_hidden_layers", 0)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"target.model: {path}: num_hidden_layers is {value!r}, not an integer")
+        raise ConfigError(f"target.model: {path}: num_hidden_layers is {echo(value)}, not an integer")
     return value
+
+
+def _listing(lines: list[str]) -> str:
+    shown = [line if len(line) <= MAX_LINE_CHARS else line[: MAX_LINE_CHARS - 3] + "..." for line in lines[:MAX_LISTED]]
+    more = [f"... and {len(lines) - MAX_LISTED} more problems"] if len(lines) > MAX_LISTED else []
+    return "\n".join(shown + more)
 
 
 def parse_config(raw: object, base_dir: Path, source: str = "config", check_files: bool = True) -> PipelineConfig:
     if not isinstance(raw, dict):
-        raise ConfigError(f"{source}: the top level must be a mapping of sections, got {type(raw).__name__}")
+        raise ConfigError(f"{source}: the top level must be a mapping of sections (name:, run_dir:, target:, ...), "
+                          f"got {_kind(raw)}")
+    problems = [f"{source}: {p}" for p in _raw_problems(raw)]
     try:
         cfg = PipelineConfig.model_validate(_resolve_paths(dict(raw), base_dir))
     except ValidationError as err:
-        raise ConfigError("\n".join(_format_errors(err, source))) from None
-    problems = _semantic_checks(cfg, source) if check_files else [
-        f"{source}: {field}: {msg}" for field, msg in cross_checks(cfg)]
+        raise ConfigError(_listing(problems + _format_errors(err, source))) from None
+    problems += [f"{source}: {field}: {msg}" for field, msg in cross_checks(cfg)]
+    if why := owned_dir_problem(cfg.run_dir, writable=check_files):
+        problems.append(f"{source}: run_dir: {why}")
+    if check_files:
+        problems += _semantic_checks(cfg, source)
     if problems:
-        raise ConfigError("\n".join(problems))
+        raise ConfigError(_listing(problems))
     return cfg
 
 
 def load_config(path: Path | str, check_files: bool = True) -> PipelineConfig:
+    """Read, parse and validate a config file completely; ConfigError listing every problem. Bounded
+    in time and memory whatever the file holds (see safe_yaml and inputfiles)."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: config file not found") from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: not valid YAML: {err}") from None
+    if not os.path.lexists(path):
+        raise ConfigError(f"{path}: config file not found")
+    text = decode_utf8(read_capped(path, MAX_CONFIG_BYTES, "config file"), str(path))
+    raw = safe_yaml.load(text, str(path))
     if raw is None:
-        raise ConfigError(f"{path}: the file is empty")
+        raise ConfigError(f"{path}: the file is empty (or holds only comments); start from configs/tiny-cpu.yaml")
     return parse_config(raw, path.resolve().parent, source=str(path), check_files=check_files)
 
 

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from . import procfs
-from .config import PipelineConfig, default_aux_layer_ids, num_hidden_layers
+from .config import PipelineConfig, default_aux_layer_ids, num_hidden_layers, remote_binds
 from .errors import CommandFailed, PipelineError
 from .fsio import atomic_write_json, read_json
 from .services import LaunchSpec, Supervisor
@@ -152,43 +152,14 @@ def _recorded_aux_ids(cfg: PipelineConfig) -> dict[str, list[int] | None]:
     return found
 
 
-def check_serving_flags(cfg: PipelineConfig) -> list[Check]:
-    checks = []
-    for section in ("datagen", "bench"):
-        phase = getattr(cfg, section)
-        args = list(phase.server.extra_args)
-        if phase.engine == "sglang":
-            algo = _flag_value(args, "--speculative-algorithm")
-            if algo is not None and algo.upper() == "EAGLE":
-                checks.append(Check(f"serving-flags:{section}", FAIL,
-                                    "--speculative-algorithm EAGLE with an EAGLE-3 drafter silently gives acceptance "
-                                    "length 1.00 (EAGLE means EAGLE-2 in SGLang)",
-                                    f"use EAGLE3 (or drop the flag from {section}.server.extra_args: the pack sets it)"))
-                continue
-        if phase.engine == "vllm":
-            spec = _flag_value(args, "--speculative-config")
-            if spec is not None:
-                try:
-                    method = json.loads(spec).get("method")
-                except ValueError:
-                    method = "<invalid JSON>"
-                if method != "eagle3":
-                    checks.append(Check(f"serving-flags:{section}", FAIL,
-                                        f"--speculative-config method is {method!r}; without 'eagle3' vLLM guesses "
-                                        "from the path and may load the drafter as a plain draft model",
-                                        f'set "method": "eagle3" (or drop it from {section}.server.extra_args)'))
-                    continue
-        checks.append(Check(f"serving-flags:{section}", PASS, f"{phase.engine}: no conflicting speculative flags"))
-    return checks
-
-
-def _flag_value(args: list[str], flag: str) -> str | None:
-    for i, arg in enumerate(args):
-        if arg == flag and i + 1 < len(args):
-            return args[i + 1]
-        if arg.startswith(flag + "="):
-            return arg.split("=", 1)[1]
-    return None
+def check_network_exposure(cfg: PipelineConfig) -> Check:
+    """Speculative and other managed flags in extra_args are refused by the config itself; what is
+    left to say is a server the config lets listen beyond loopback (allow_remote)."""
+    exposed = remote_binds(cfg)
+    if exposed:
+        return Check("network-exposure", WARN, "; ".join(exposed),
+                     "bind 127.0.0.1 (drop allow_remote) unless other machines must reach the server; then set an api_key")
+    return Check("network-exposure", PASS, "every server listens on loopback only")
 
 
 def check_model_files(cfg: PipelineConfig) -> Check:
@@ -341,7 +312,7 @@ def run_doctor(cfg: PipelineConfig, sup: Supervisor | None = None, engines: bool
     timed(check_shm, cfg)
     timed(check_disk, cfg)
     timed(check_aux_layers, cfg)
-    timed(check_serving_flags, cfg)
+    timed(check_network_exposure, cfg)
     if engines:
         used = {"vllm", cfg.datagen.engine, cfg.bench.engine}
         for engine in sorted(used):

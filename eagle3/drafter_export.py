@@ -24,8 +24,9 @@ from pathlib import Path
 
 from .engines.drafter_formats import (ENGINES, LAYER_INPUT, LAYER_OUTPUT, SGLANG_ARCH, DrafterConfig,
                                       from_layer_input, parse_config, to_layer_input)
-from .errors import GateError
+from .errors import GateError, echo
 from .fsio import atomic_write_json, fsync_dir
+from .inputfiles import MAX_JSON_BYTES, read_capped
 from .safetensors_header import Header, read_header
 
 COPY_CHUNK = 16 * 1024 * 1024
@@ -124,7 +125,11 @@ def export_drafter(src: Path | str, dst: Path | str, engine: str, source_convent
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
     src, dst = Path(src), Path(dst).absolute()
-    c, problems = parse_config(json.loads((src / "config.json").read_text()))
+    try:  # read_capped: a FIFO or device in place of the file must not block the export
+        raw = json.loads(read_capped(src / "config.json", MAX_JSON_BYTES, "config.json"))
+    except (ValueError, RecursionError) as e:
+        raise GateError(f"{src}/config.json is not valid JSON ({echo(str(e), 200, quote=False)})") from None
+    c, problems = parse_config(raw) if isinstance(raw, dict) else (None, ["config.json must hold a JSON object"])
     if c is None:
         raise GateError(f"{src}/config.json cannot be exported: " + "; ".join(map(str, problems)))
     if not c.aux_ids:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import reprlib
+
 
 class PipelineError(Exception):
     """Base of every error the pack raises on purpose."""
@@ -60,3 +62,21 @@ class TransientError(PipelineError):
     """Connection lost, server died mid-phase, ... : a rerun resumes."""
 
     retryable = True
+
+
+def echo(value, limit: int = 80, quote: bool = True) -> str:
+    """`value` as a message may show it: at most `limit` characters, and never a walk of a whole
+    structure (a few items of the first levels only), whatever size the value has."""
+    if isinstance(value, str) and not quote:
+        text = value[: limit + 1]
+    else:
+        try:
+            text = _REPR.repr(value)
+        except ValueError:  # an int beyond Python's digit limit for str()
+            text = f"<{type(value).__name__} too large to show>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxtuple, _REPR.maxdict, _REPR.maxset = 3, 6, 6, 6, 6
+_REPR.maxstring, _REPR.maxlong, _REPR.maxother = 200, 40, 200

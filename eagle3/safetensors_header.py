@@ -15,6 +15,8 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .inputfiles import file_problem
+
 DTYPE_BYTES = {
     "BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1,
     "U16": 2, "I16": 2, "F16": 2, "BF16": 2,
@@ -55,6 +57,9 @@ class Header:
 def read_header(path: Path | str) -> Header:
     """Parse and structurally validate a safetensors file; raise SafetensorsError naming the flaw."""
     path = Path(path)
+    why = file_problem(path)  # before open(): a FIFO would block it, /dev/zero would never end
+    if why:
+        raise SafetensorsError(f"{path}: {why}")
     try:
         size = path.stat().st_size
         with open(path, "rb") as fh:
@@ -65,11 +70,11 @@ def read_header(path: Path | str) -> Header:
             if n > MAX_HEADER_BYTES or 8 + n > size:
                 raise SafetensorsError(f"{path.name}: header length {n} does not fit a {size}-byte file (truncated?)")
             raw = fh.read(n)
-    except FileNotFoundError:
-        raise SafetensorsError(f"{path}: file does not exist") from None
+    except OSError as e:
+        raise SafetensorsError(f"{path}: cannot be read ({e.strerror})") from None
     try:
         doc = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise SafetensorsError(f"{path.name}: header is not valid JSON ({e})") from None
     if not isinstance(doc, dict):
         raise SafetensorsError(f"{path.name}: header is not a JSON object")

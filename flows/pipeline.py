@@ -11,7 +11,7 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
 from prefect.runtime import flow_run
 
-from eagle3.config import PHASES, load_config
+from eagle3.config import PHASES, load_config, remote_binds
 from eagle3.errors import ConfigError
 from eagle3.lease import LeaseBusy, hold
 from eagle3.pipeline import UPSTREAM, is_done, output_fingerprint, select_phases, state_dir, supervisor
@@ -64,6 +64,8 @@ def run_phases(config_path: str, phases: list[str], force: list[str], doctor: bo
 
 def _run_phases(cfg, config_path: str, phases: list[str], force: list[str], doctor: bool) -> dict:
     logger = get_run_logger()
+    for line in remote_binds(cfg):  # allowed by the config (allow_remote); said at every run, doctor or not
+        logger.warning("network exposure: %s", line)
     token = str(flow_run.id or "")
     storage = result_storage(cfg)
     results: dict[str, dict] = {}

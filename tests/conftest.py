@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import copy
+import json
 import os
 import socket
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -79,6 +81,23 @@ def tiny_constant_model() -> Path:
 
 def tiny_raw_config() -> dict:
     return yaml.safe_load(TINY_CONFIG.read_text())
+
+
+def valid_raw_config(directory: Path) -> dict:
+    """The tiny config as a dict, valid without any engine: its model dir (a config.json only),
+    prompt file and run dir are in `directory`, its interpreters are this Python."""
+    model = Path(directory) / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 8}))
+    prompts = Path(directory) / "prompts.jsonl"
+    prompts.write_text('{"id": "a", "conversations": [{"role": "user", "content": "hi"}]}\n')
+    raw = tiny_raw_config()
+    raw["run_dir"] = str(Path(directory) / "run")
+    raw["target"]["model"] = str(model)
+    raw["datagen"]["prompts"] = str(prompts)
+    for env in raw["engines"].values():
+        env["python"] = sys.executable
+    return raw
 
 
 def write_tiny_config(directory: Path, overrides: dict | None = None, run_dir: Path | None = None,

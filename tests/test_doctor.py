@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from eagle3.cli import app
-from eagle3.doctor import (FAIL, PASS, WARN, check_aux_layers, check_disk, check_ports, check_serving_flags,
+from eagle3.doctor import (FAIL, PASS, WARN, check_aux_layers, check_disk, check_network_exposure, check_ports,
                            check_target_support, run_doctor)
 from eagle3.services import Supervisor
 
@@ -45,20 +45,13 @@ def test_aux_layers_mismatch_with_extract_manifest_fails(cfg):
     assert c.status == FAIL and "[1, 4, 5]" in c.reason and "[2, 4, 5]" in c.reason
 
 
-def test_sglang_eagle_flag_fails(make_config, tiny_model):
-    cfg = make_config({"engines": {"sglang": {"python": "/usr/bin/python3"}},
-                       "bench": {"engine": "sglang", "server": {"extra_args": ["--speculative-algorithm", "EAGLE"]}}})
-    checks = {c.name: c for c in check_serving_flags(cfg)}
-    assert checks["serving-flags:bench"].status == FAIL
-    assert "EAGLE3" in checks["serving-flags:bench"].fix
-    ok = make_config({"engines": {"sglang": {"python": "/usr/bin/python3"}},
-                      "bench": {"engine": "sglang", "server": {"extra_args": ["--speculative-algorithm", "EAGLE3"]}}})
-    assert {c.name: c for c in check_serving_flags(ok)}["serving-flags:bench"].status == PASS
-
-
-def test_vllm_spec_config_without_eagle3_method_fails(make_config, tiny_model):
-    cfg = make_config({"bench": {"server": {"extra_args": ["--speculative-config", '{"model": "/x"}']}}})
-    assert {c.name: c for c in check_serving_flags(cfg)}["serving-flags:bench"].status == FAIL
+def test_a_server_open_to_the_network_is_a_warning(make_config, tiny_model):
+    assert check_network_exposure(make_config()).status == PASS
+    cfg = make_config({"bench": {"server": {"host": "0.0.0.0", "allow_remote": True}},
+                       "engines": {"vllm": {"env": {"VLLM_HOST_IP": "10.1.2.3"}}}})
+    c = check_network_exposure(cfg)
+    assert c.status == WARN and "bench.server.host is 0.0.0.0" in c.reason and "without an api_key" in c.reason
+    assert "engines.vllm.env.VLLM_HOST_IP" in c.reason and "127.0.0.1" in c.fix
 
 
 def test_disk_limit_too_small_fails(make_config, tiny_model):

@@ -342,7 +342,7 @@ WRITER = textwrap.dedent("""
     out = pathlib.Path(sys.argv[1])
     for i in range(12):  # a trainer between log lines, writing checkpoints
         (out / f"step-{i}.pt").write_bytes(b"x" * 1024)
-        time.sleep(0.15)
+        time.sleep(0.4)
 """)
 
 
@@ -350,7 +350,9 @@ WRITER = textwrap.dedent("""
 def test_one_shot_command_writing_outputs_is_progressing(tmp_path, sup, watched):
     out = tmp_path / "out"
     out.mkdir()
-    cmd = spec(tmp_path, WRITER, str(out), hang_timeout_s=0.6, progress_paths=[out] if watched else [])
+    # 0.4 s between writes, 2 s of silence allowed: a 5x margin for a loaded box, and still hung
+    # well before the 12th write (4.8 s) when the writes are not watched.
+    cmd = spec(tmp_path, WRITER, str(out), hang_timeout_s=2.0, progress_paths=[out] if watched else [])
     if watched:
         assert sup.run(cmd, timeout_s=30) == 0 and len(list(out.iterdir())) == 12
     else:

@@ -1,0 +1,133 @@
+"""What the pack sets itself, so that a config may not set it a second time: engine flags in
+`*.server.extra_args` and `train.extra_args`, and variables in `engines.*.env`.
+
+A second value does not fail: one of the two wins by argument order, and the pack then waits on a
+port, asks for a model name or proves free GPUs that the engine never used (a server bound to the
+port in extra_args while the pipeline waited on the configured one until its startup budget ran
+out, then blamed the wrong process). Flags are matched the way the engines' argparse parsers read
+them: `--flag value` and `--flag=value`, underscores for dashes (vLLM), dotted sub-keys
+(`--speculative-config.method`, vLLM) and unambiguous abbreviations (`--por` for `--port`).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from .services import OWNER_ENV, SERVICE_ENV
+
+SPECULATIVE = ("the pack's own speculative decoding settings (bench: bench.num_speculative_tokens with the trained "
+               "or bench.drafter drafter; extract: hidden-state capture; datagen serves the target alone)")
+FLAG_FILE = "every flag the pack sets (a flag file can hold --port, --host, ... where they cannot be checked)"
+
+# flag spellings -> what the pack sets them from ("{s}" = the phase section)
+_SERVER_COMMON = {
+    ("--host",): "{s}.server.host",
+    ("--port",): "{s}.server.port",
+    ("--served-model-name",): "target.served_name",
+    ("--api-key",): "{s}.server.api_key",
+    ("--dtype",): "target.dtype",
+    ("--trust-remote-code", "--no-trust-remote-code"): "target.trust_remote_code",
+    ("--config",): FLAG_FILE,
+}
+SERVER_FLAGS = {
+    "vllm": {**_SERVER_COMMON,
+             ("--model",): "target.model",
+             ("--uds",): "{s}.server.host and {s}.server.port",
+             ("--tensor-parallel-size", "-tp"): "target.tensor_parallel_size",
+             ("--max-model-len",): "target.max_model_len",
+             ("--speculative-config", "-sc"): SPECULATIVE},
+    "sglang": {**_SERVER_COMMON,
+               ("--model-path", "--model"): "target.model",
+               ("--tp-size", "--tensor-parallel-size"): "target.tensor_parallel_size",
+               ("--context-length",): "target.max_model_len",
+               ("--speculative-algorithm", "--speculative-draft-model-path", "--speculative-draft-model",
+                "--speculative-num-steps", "--speculative-eagle-topk", "--speculative-num-draft-tokens"): SPECULATIVE},
+}
+PHASE_SERVER_FLAGS = {"extract": {("--kv-transfer-config",): "the pack's hidden-state capture (extract phase)"}}
+
+TRAIN_FLAGS = {
+    ("--speculator-type",): "the pack (EAGLE-3 drafters only)",
+    ("--verifier-name-or-path",): "target.model",
+    ("--data-path", "--hidden-states-path"): "the extract phase's output",
+    ("--save-path",): "run_dir (train/checkpoints)",
+    ("--on-missing",): "the pack (a sample without hidden states is an error)",
+    ("--target-layer-ids",): "extract.aux_layer_ids",
+    ("--epochs",): "train.epochs",
+    ("--lr",): "train.lr",
+    ("--total-seq-len",): "train.total_seq_len",
+    ("--ttt-steps",): "train.num_speculative_tokens",
+    ("--draft-vocab-size",): "train.draft_vocab_size",
+    ("--hidden-states-dtype",): "extract.hidden_states_dtype",
+    ("--dry-run",): "train.dry_run",
+    ("--trust-remote-code",): "target.trust_remote_code",
+}
+
+_ANY_ENGINE_ENV = {
+    "CUDA_VISIBLE_DEVICES": "gpus (each process the pack starts gets exactly those GPUs, which the handoff proves free)",
+    "CUDA_DEVICE_ORDER": "gpus (the pack numbers GPUs in PCI bus order, as NVML does)",
+    OWNER_ENV: "the run's own token (it marks each process it starts, to find them again)",
+    SERVICE_ENV: "the run's own service ids (it marks each process it starts, to find them again)",
+}
+ENGINE_ENV = {
+    "vllm": {**_ANY_ENGINE_ENV,
+             "VLLM_API_KEY": "*.server.api_key",
+             "VLLM_PORT": "*.server.port and handoff.extra_ports (VLLM_PORT pins vLLM's internal ports next to them, "
+                          "where the handoff does not look)"},
+    "sglang": dict(_ANY_ENGINE_ENV),
+    "speculators": dict(_ANY_ENGINE_ENV),
+}
+REMOTE_ENV = {"vllm": "VLLM_HOST_IP"}  # allowed when loopback, or with allow_remote on a server of that engine
+
+
+def _long_name(arg: str) -> str | None:
+    """`--flag` as argparse would look it up: without `=value`, without a dotted sub-key, dashes for underscores."""
+    if not arg.startswith("--") or arg == "--":
+        return None
+    return "--" + arg[2:].split("=", 1)[0].split(".", 1)[0].replace("_", "-")
+
+
+def _match(arg: str, spellings: tuple[str, ...]) -> bool:
+    name = _long_name(arg)
+    for flag in spellings:
+        if flag.startswith("--"):
+            # argparse expands an unambiguous prefix (allow_abbrev, on in both engines)
+            if name is not None and (name == flag or (len(name) >= 4 and flag.startswith(name))):
+                return True
+        elif arg == flag or arg.startswith(flag + "="):
+            return True
+    return False
+
+
+def flag_conflicts(args: list[str], table: dict[tuple[str, ...], str], section: str = "") -> list[tuple[int, str, str]]:
+    """(index in args, the argument, what the pack sets it from) for each managed flag in `args`."""
+    found = []
+    for i, arg in enumerate(args):
+        for spellings, owner in table.items():
+            if _match(arg, spellings):
+                found.append((i, arg, owner.format(s=section)))
+                break
+    return found
+
+
+def server_flag_table(engine: str, section: str) -> dict[tuple[str, ...], str]:
+    return {**SERVER_FLAGS[engine], **PHASE_SERVER_FLAGS.get(section, {})}
+
+
+def env_conflicts(engine: str, env: dict[str, str], remote_allowed: bool) -> list[tuple[str, str]]:
+    """(variable, why it may not be set, with the fix) for each variable the pack sets itself."""
+    found = [(var, f"also set by the pack, from {owner}; a second value silently wins or loses: remove it")
+             for var, owner in ENGINE_ENV[engine].items() if var in env]
+    var = REMOTE_ENV.get(engine)
+    if var in env and not remote_allowed and not is_loopback(env[var]):
+        found.append((var, "a non-loopback address exposes the engine's internal ports to the network; use 127.0.0.1, "
+                           "or set allow_remote: true on the server of a phase that runs this engine"))
+    return found
+
+
+def is_loopback(host: str) -> bool:
+    if host.lower().rstrip(".") == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
