@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from . import procfs, pycache, shm, systemd
+from . import procfs, progress, pycache, shm, systemd
 from .config import PHASES, Handoff, PipelineConfig
 from .errors import HandoffError, PipelineError
 from .fsio import atomic_write_json
@@ -108,6 +108,10 @@ def run_handoff(run_dir: Path, settings: Handoff, gpus: list[int] | None, ports:
     report = HandoffReport(label=label, run_dir=str(run_dir), threshold_mib=settings.used_mib_threshold,
                            started_at=datetime.now(timezone.utc).isoformat(timespec="milliseconds"))
     step = _Steps(report)
+    # Quiet: a handoff shows one line when it ends; while it blocks, the heartbeat says so.
+    progress.emit(progress.Event("handoff", progress.START, quiet=True,
+                                 message=f"{label or 'handoff'}: stopping what the pipeline started, proving GPUs and "
+                                         "ports free"))
     sup = supervisor or Supervisor(state_dir_for(run_dir))
     ownership = Ownership.build(sup.registry.token, sup.registry.entries(), settings.protected_process_names)
     own_backend = False
@@ -183,9 +187,18 @@ def run_handoff(run_dir: Path, settings: Handoff, gpus: list[int] | None, ports:
         report.ok = not report.problems
         report.verdict = "GPUs free: next phase may start" if report.ok else "BLOCKED: next phase must not start"
         report.path = str(_write(run_dir, report))
+        progress.emit(progress.Event("handoff", progress.END, ok=report.ok, message=_one_line(report)))
     if not report.ok:
         raise HandoffError(f"GPU handoff{' ' + label if label else ''} refused: " + "; ".join(report.problems), report)
     return report
+
+
+def _one_line(report: HandoffReport) -> str:
+    stopped = sum(1 for s in report.services if s.get("members")) + len(report.ended)
+    parts = [f"{report.label or 'handoff'}: {report.verdict}"]
+    parts += [f"stopped {stopped} leftover process group(s)/process(es)"] if stopped else []
+    parts += report.problems or [f"GPU check {report.gpu_check.split(':')[0]}"]
+    return "; ".join(parts)
 
 
 def _snapshot(backend: GpuBackend, gpus: list[int]) -> list[GpuState]:
