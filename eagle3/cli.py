@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -68,12 +69,14 @@ def run(config: Path = ConfigArg,
     from flows.pipeline import eagle3_pipeline  # the orchestration layer; the core stays Prefect-free
 
     from .pipeline import supervisor
+    from .progress_display import progress_display
 
     # SIGTERM (a scheduler, `kill`) must unwind like Ctrl-C so the finally below ends our services.
     signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        state = eagle3_pipeline(config_path=str(config.resolve()), only=only, from_=from_, force=list(force),
-                                doctor=doctor, return_state=True)
+        with progress_display():  # live on a terminal, a line at least every 30 s otherwise
+            state = eagle3_pipeline(config_path=str(config.resolve()), only=only, from_=from_, force=list(force),
+                                    doctor=doctor, return_state=True)
     except KeyboardInterrupt:
         err.print("interrupted: stopping the services this pipeline started")
         raise typer.Exit(130)
@@ -444,6 +447,39 @@ def make_test_drafter(
     except PipelineError as e:
         fail(str(e), code=1)
     out.print(f"[green]drafter[/]: {path} ({'constant' if constant else 'random, untrained'})")
+
+
+@app.command()
+def status(target: Path = typer.Argument(DEFAULT_CONFIG, help="A pipeline config, or the run dir of a run.",
+                                         show_default="configs/tiny-cpu.yaml"),
+           as_json: bool = typer.Option(False, "--json", help="Print JSON instead of lines."),
+           watch: bool = typer.Option(False, "--watch", help="Redraw every --every seconds until the run ends."),
+           every: float = typer.Option(2.0, "--every", min=0.2, help="Seconds between redraws with --watch."),
+           ) -> None:
+    """What a run is doing (from another terminal; no Prefect server needed): phase, progress, ETA,
+    services, last handoff, failures, disk; for an ended run its outcome and the command that resumes it."""
+    from .status import collect, render, resolve
+
+    try:
+        run_dir, config_path = resolve(target)
+    except ConfigError as e:
+        fail(str(e))
+    while True:
+        s = collect(run_dir, config_path)
+        if watch and out.is_terminal and not as_json:
+            out.clear()
+        if as_json:
+            print(json.dumps(s, default=str), flush=True)
+        else:
+            out.print(render(s), markup=False, highlight=False, soft_wrap=True)
+        if not watch or s["status"] != "running":
+            return
+        try:
+            time.sleep(every)
+        except KeyboardInterrupt:
+            return
+        if not as_json and not out.is_terminal:
+            out.print("", markup=False)
 
 
 def main() -> None:

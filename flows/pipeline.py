@@ -14,6 +14,8 @@ from prefect.runtime import flow_run
 from eagle3.config import PHASES, load_config
 from eagle3.errors import ConfigError
 from eagle3.pipeline import UPSTREAM, is_done, output_fingerprint, select_phases, state_dir, supervisor
+from eagle3.progress_display import unattended_lines
+from eagle3.runstate import recording
 from tasks.handoff import gpu_handoff
 from tasks.phases import phase_task
 from tasks.preflight import preflight
@@ -45,6 +47,14 @@ def result_storage(cfg) -> Path:
 
 
 def run_phases(config_path: str, phases: list[str], force: list[str], doctor: bool = True) -> dict:
+    """The phases with their handoffs, recorded for `eagle3 status` (run.json, progress.json), with
+    progress lines in the run's log unless a terminal already shows them (`eagle3 run`)."""
+    cfg = load_config(config_path)
+    with recording(cfg, config_path, phases), unattended_lines(get_run_logger().info):
+        return _run_phases(config_path, phases, force, doctor)
+
+
+def _run_phases(config_path: str, phases: list[str], force: list[str], doctor: bool) -> dict:
     cfg = load_config(config_path)
     logger = get_run_logger()
     token = str(flow_run.id or "")
