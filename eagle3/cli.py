@@ -47,6 +47,38 @@ def validate(config: Path = ConfigArg) -> None:
               f"{'CPU rehearsal' if cfg.cpu_rehearsal else f'GPUs {cfg.gpus}'})")
 
 
+WaitOption = typer.Option(0.0, "--wait", min=0, metavar="SECONDS",
+                          help="If another run holds this run dir or one of its GPUs, wait up to SECONDS for it "
+                               "instead of refusing at once (exit 3).")
+
+
+def _lease(stack: contextlib.ExitStack, run_dir: Path, gpus: list[int], wait_s: float) -> None:
+    """Take the run dir's lease (and the GPUs') before anything else touches the run dir; a run
+    that holds them already is named and nothing is started or stopped (exit 3)."""
+    from .lease import LeaseBusy, hold
+
+    try:
+        stack.enter_context(hold(run_dir, gpus, wait_s))
+    except LeaseBusy as e:
+        fail(str(e), code=LeaseBusy.exit_code)
+
+
+def _recover(cfg, sup, ports: list[int] | None = None) -> None:
+    """The run's first handoff: end what a dead earlier run of this run dir left, before the doctor."""
+    from .errors import HandoffError
+    from .handoff import recovery_handoff
+    from .handoff_view import summary_line
+    from .progress import watched_by
+    from .progress_display import Display
+
+    try:
+        report = recovery_handoff(cfg, supervisor=sup, ports=ports)
+    except HandoffError as e:
+        fail(summary_line(e.report) if e.report is not None else str(e), code=1)
+    if not watched_by(Display):  # a progress display already shows the handoff's line
+        err.print(summary_line(report), highlight=False, soft_wrap=True, markup=False)
+
+
 def _check_phases(names: list[str], option: str) -> None:
     for name in names:
         if name not in PHASES:
@@ -59,8 +91,12 @@ def run(config: Path = ConfigArg,
         from_: Optional[str] = typer.Option(None, "--from", help="Start at this phase; earlier ones must be done."),
         force: list[str] = typer.Option([], "--force", help="Redo this phase even if done (repeatable)."),
         doctor: bool = typer.Option(True, "--doctor/--no-doctor", help="Run the preflight doctor first."),
+        wait: float = WaitOption,
         ) -> None:
-    """Run the pipeline flow (phases with a GPU handoff between each two)."""
+    """Run the pipeline flow (phases with a GPU handoff between each two).
+
+    Order: the run's leases (run dir, GPUs) -> the recovery handoff (ends what a dead earlier run
+    left) -> the run's Prefect server if none is configured -> the flow (doctor, phases, handoffs)."""
     _check_phases([p for p in (only, from_) if p] + list(force), "--only/--from/--force")
     if only and from_:
         fail("--only and --from cannot be combined; pick one")
@@ -73,45 +109,58 @@ def run(config: Path = ConfigArg,
 
     # SIGTERM (a scheduler, `kill`) must unwind like Ctrl-C so the finally below ends our services.
     signal.signal(signal.SIGTERM, _raise_interrupt)
-    try:
-        with progress_display():  # live on a terminal, a line at least every 30 s otherwise
-            state = eagle3_pipeline(config_path=str(config.resolve()), only=only, from_=from_, force=list(force),
-                                    doctor=doctor, return_state=True)
-    except KeyboardInterrupt:
-        err.print("interrupted: stopping the services this pipeline started")
-        raise typer.Exit(130)
-    finally:
-        leftovers = [o for o in supervisor(cfg).sweep(cfg.handoff.grace_s) if o.members]
-        for o in leftovers:
-            err.print(f"stopped leftover {o.name} (group {o.pgid}) with {o.signal}")
+    sup = supervisor(cfg)
+    with contextlib.ExitStack() as stack:
+        _lease(stack, cfg.run_dir, list(cfg.gpus), wait)
+        try:
+            with progress_display():  # live on a terminal, a line at least every 30 s otherwise
+                _recover(cfg, sup)
+                if not os.environ.get("PREFECT_API_URL"):
+                    _start_prefect_server(cfg, sup)
+                state = eagle3_pipeline(config_path=str(config.resolve()), only=only, from_=from_, force=list(force),
+                                        doctor=doctor, return_state=True)
+        except KeyboardInterrupt:
+            err.print("interrupted: stopping the services this pipeline started")
+            raise typer.Exit(130)
+        finally:
+            # Everything in the registry is this run's now (it holds the lease), its Prefect server too.
+            for o in sup.sweep(cfg.handoff.grace_s, include_live_run_services=True):
+                if o.members and o.name != "prefect-server":
+                    err.print(f"stopped leftover {o.name} (group {o.pgid}) with {o.signal}")
     if not state.is_completed():
         fail(f"pipeline {cfg.name} ended {state.type.value}: {state.message}", code=1)
     _print_outcome(cfg)
 
 
 @contextlib.contextmanager
-def _phase_command(sup, interrupted: str, resume: str = "a rerun resumes where this stopped", on_gate=None):
-    """What every single-phase command shares: SIGTERM unwinds like Ctrl-C, errors map to exit
-    codes (2 bad input, 1 failure, 130 interrupted), and the services the phase started are ended."""
+def _phase_command(cfg, sup, phase: str, interrupted: str, resume: str = "a rerun resumes where this stopped",
+                   on_gate=None, wait_s: float = 0.0, own_server: bool = True):
+    """What every single-phase command shares: the run's leases, then the recovery handoff (for
+    this phase's ports; none when the phase uses someone else's server), SIGTERM unwinding like
+    Ctrl-C, errors mapped to exit codes (2 bad input, 1 failure, 3 busy, 130 interrupted), and
+    the services the phase started ended."""
     from .errors import GateError
 
     signal.signal(signal.SIGTERM, _raise_interrupt)
-    try:
-        yield
-    except KeyboardInterrupt:
-        err.print(f"interrupted: {interrupted}")
-        raise typer.Exit(130)
-    except ConfigError as e:
-        fail(str(e))
-    except GateError as e:
-        if on_gate:
-            on_gate()
-        fail(str(e), code=1)
-    except PipelineError as e:
-        fail(f"{e}\n(retryable: {e.retryable}; {resume})", code=1)
-    finally:
-        if sup is not None:
-            sup.stop_all()
+    with contextlib.ExitStack() as stack:
+        _lease(stack, cfg.run_dir, list(cfg.gpus), wait_s)
+        try:
+            _recover(cfg, sup, cfg.phase_ports(phase) if own_server else [])
+            yield
+        except KeyboardInterrupt:
+            err.print(f"interrupted: {interrupted}")
+            raise typer.Exit(130)
+        except ConfigError as e:
+            fail(str(e))
+        except GateError as e:
+            if on_gate:
+                on_gate()
+            fail(str(e), code=1)
+        except PipelineError as e:
+            fail(f"{e}\n(retryable: {e.retryable}; {resume})", code=1)
+        finally:
+            if sup is not None:
+                sup.stop_all()
 
 
 def _progress_bar(label: str):
@@ -128,12 +177,16 @@ def _raise_interrupt(signum, frame):
 
 
 def _prefect_defaults() -> None:
-    """Without a Prefect server configured, use the embedded one; its cold start takes ~25 s on
-    2 cores, beyond Prefect's 20 s default, so give it room."""
-    if not os.environ.get("PREFECT_API_URL"):
-        os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_ENABLED", "true")
-        os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "240")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+
+
+def _start_prefect_server(cfg, sup) -> None:
+    """Without a Prefect server configured, the run starts its own (a run-scoped service: ended
+    with the run, and by the next run's recovery if this one is killed)."""
+    from flows.local_server import start_local_server, use_server
+
+    _, url = start_local_server(sup, cfg.run_dir / "logs")
+    use_server(url)
 
 
 def _print_outcome(cfg) -> None:
@@ -185,6 +238,7 @@ def datagen(config: Path = ConfigArg,
             base_url: Optional[str] = typer.Option(
                 None, "--base-url", help="Use this already running OpenAI-compatible server (e.g. "
                                          "http://127.0.0.1:8000, no /v1) instead of starting the configured one."),
+            wait: float = WaitOption,
             ) -> None:
     """Phase 1 alone: regenerate the prompt set's answers with the target (resumes; refuses changed settings)."""
     cfg = _load(config)
@@ -193,7 +247,8 @@ def datagen(config: Path = ConfigArg,
 
     sup = None if base_url else supervisor(cfg)
     bar, on_progress = _progress_bar("datagen")
-    with _phase_command(sup, "finished rows are kept; rerun to resume"), bar:
+    with _phase_command(cfg, sup, "datagen", "finished rows are kept; rerun to resume", wait_s=wait,
+                        own_server=not base_url), bar:
         summary = run_datagen(cfg, sup, on_progress=on_progress, base_url=base_url)
     out.print(f"[green]datagen[/]: {summary.samples}/{summary.total} samples ({summary.new_samples} new, "
               f"{summary.resumed} resumed, {summary.failed} failed), {summary.completion_tokens} tokens at "
@@ -203,6 +258,7 @@ def datagen(config: Path = ConfigArg,
 @app.command()
 def extract(config: Path = ConfigArg,
             force: bool = typer.Option(False, "--force", help="Discard this phase's outputs and redo it."),
+            wait: float = WaitOption,
             ) -> None:
     """Phase 2 alone: hidden states of phase 1's samples (resumes: valid files are kept, broken ones redone)."""
     import logging
@@ -216,7 +272,8 @@ def extract(config: Path = ConfigArg,
     phase_log.addHandler(logging.StreamHandler())
     sup = supervisor(cfg)
     bar, on_progress = _progress_bar("extract")
-    with _phase_command(sup, "finished hidden-state files are kept; rerun to resume"), bar:
+    with _phase_command(cfg, sup, "extract", "finished hidden-state files are kept; rerun to resume",
+                        wait_s=wait), bar:
         summary = run_extract(cfg, sup, force=force, on_progress=on_progress)
     out.print(f"[green]extract[/]: {summary.samples} hidden-state files ({summary.kept_files} kept, "
               f"{summary.new_files} new, {summary.redone_files} redone), layers {summary.layer_ids} "
@@ -247,8 +304,10 @@ def handoff(config: Optional[Path] = typer.Argument(
                                                                      "(overrides the config); 'none' skips the GPU check."),
             port: list[int] = typer.Option([], "--port", help="Another port that must have no listener (repeatable)."),
             as_json: bool = typer.Option(False, "--json", help="Print the report as JSON instead of tables."),
+            wait: float = WaitOption,
             ) -> None:
-    """Stop what the pipeline started, purge its stale state and prove the GPUs free; exit 1 if they are not."""
+    """Stop what the pipeline started, purge its stale state and prove the GPUs free; exit 1 if they are not,
+    exit 3 if a live run holds the run dir (its services are its own to stop)."""
     from .config import Handoff, load_config as _load_unchecked
     from .handoff import next_phase, ports_for, run_handoff
     from .handoff_view import renderable
@@ -269,6 +328,8 @@ def handoff(config: Optional[Path] = typer.Argument(
     before = next_phase(after)
     ids = _parse_gpus(gpus) if gpus is not None else (list(cfg.gpus) if cfg else None)
     ports = sorted(set(ports_for(cfg, after, before) if cfg else []) | set(port))
+    stack = contextlib.ExitStack()
+    _lease(stack, run_dir, ids or [], wait)
     try:
         report = run_handoff(run_dir, cfg.handoff if cfg else Handoff(), ids, ports,
                              label=f"{after}-to-{before or 'end'}").to_dict()
@@ -277,6 +338,8 @@ def handoff(config: Optional[Path] = typer.Argument(
         if getattr(e, "report", None) is None or not hasattr(e.report, "to_dict"):
             fail(str(e), code=1)
         report, code = e.report.to_dict(), 1
+    finally:
+        stack.close()
     if as_json:
         out.print_json(json.dumps(report, default=str))
     else:
@@ -326,14 +389,18 @@ def gpus_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON inst
 def doctor(config: Path = ConfigArg,
            as_json: bool = typer.Option(False, "--json", help="Print JSON instead of lines."),
            engines: bool = typer.Option(True, "--engines/--no-engines",
-                                        help="Also ask each engine environment about the target (seconds each).")) -> None:
-    """Preflight: catch what would otherwise surface after a long model load. Exit 1 on any FAIL."""
+                                        help="Also ask each engine environment about the target (seconds each)."),
+           wait: float = WaitOption) -> None:
+    """Preflight: catch what would otherwise surface after a long model load. Exit 1 on any FAIL,
+    3 if a live run holds the run dir (its engine probes would share that run's registry)."""
     from dataclasses import asdict
 
     from .doctor import FAIL, WARN, failed, run_doctor
 
     cfg = _load(config)
-    checks = run_doctor(cfg, engines=engines)
+    with contextlib.ExitStack() as stack:
+        _lease(stack, cfg.run_dir, [], wait)
+        checks = run_doctor(cfg, engines=engines)
     if as_json:
         print(json.dumps([asdict(c) for c in checks], indent=2))
     else:
@@ -346,7 +413,7 @@ def doctor(config: Path = ConfigArg,
 
 
 @app.command()
-def train(config: Path = ConfigArg) -> None:
+def train(config: Path = ConfigArg, wait: float = WaitOption) -> None:
     """Phase 3 alone: train the drafter (resumes, incl. an interrupted save), gate it for the serving
     engine and export it where that engine's layout differs. Without GPUs: an UNTRAINED dry-run checkpoint."""
     cfg = _load(config)
@@ -354,7 +421,8 @@ def train(config: Path = ConfigArg) -> None:
     from .pipeline import supervisor
 
     sup = supervisor(cfg)
-    with _phase_command(sup, "the trainer saves interrupted/ within train.stop_grace_s; rerun to resume from it"):
+    with _phase_command(cfg, sup, "train", "the trainer saves interrupted/ within train.stop_grace_s; "
+                        "rerun to resume from it", wait_s=wait):
         manifest = run_train(cfg, sup)
     label = "[green]TRAINED[/]" if manifest["trained"] else f"[bold yellow]{manifest['status']}[/]"
     out.print(f"train: {label}\n  checkpoint {manifest['checkpoint']} (gated for {manifest['engine']}, aux layer ids "
@@ -412,7 +480,7 @@ def export_drafter_cmd(
 
 
 @app.command()
-def bench(config: Path = ConfigArg) -> None:
+def bench(config: Path = ConfigArg, wait: float = WaitOption) -> None:
     """Phase 4 alone: baseline vs target + drafter for each k, on held-out prompts; writes results.json,
     report.md, bench.png and a copy in bench-history/. Exit 1 if a trained drafter fails the acceptance gate."""
     cfg = _load(config)
@@ -422,8 +490,8 @@ def bench(config: Path = ConfigArg) -> None:
     sup = supervisor(cfg)
     bar, on_progress = _progress_bar("bench windows")
     show_report = lambda: out.print(BenchPaths.of(cfg).report.read_text(), markup=False)  # noqa: E731
-    with _phase_command(sup, "finished server runs are kept in bench/servers/; rerun to resume",
-                        resume="a rerun reuses the finished server runs", on_gate=show_report), bar:
+    with _phase_command(cfg, sup, "bench", "finished server runs are kept in bench/servers/; rerun to resume",
+                        resume="a rerun reuses the finished server runs", on_gate=show_report, wait_s=wait), bar:
         run_bench(cfg, sup, on_progress=on_progress)
     out.print(BenchPaths.of(cfg).report.read_text(), markup=False, highlight=False, soft_wrap=True)
 

@@ -210,13 +210,26 @@ def check_model_files(cfg: PipelineConfig) -> Check:
     return Check("model-files", PASS, f"{len(weights)} weight file(s) present")
 
 
-def check_ports(cfg: PipelineConfig) -> Check:
-    ports = {cfg.datagen.server.port, cfg.extract.server.port, cfg.bench.server.port, *cfg.handoff.extra_ports}
-    busy = procfs.listening_ports(ports)
-    if busy:
-        return Check("ports", FAIL, "already listening: " + ", ".join(f"{p} ({d})" for p, d in sorted(busy.items())),
-                     "stop what listens there or change the *.server.port settings")
-    return Check("ports", PASS, f"free: {sorted(ports)}")
+def check_ports(cfg: PipelineConfig, sup: Supervisor | None = None) -> Check:
+    """A listener this run dir's own earlier run left is ended by the next run's recovery handoff
+    (WARN); anyone else's would make a phase fail after its model load (FAIL, naming it)."""
+    from .handoff import ports_for
+    from .holders import Ownership, port_holders
+
+    ports = ports_for(cfg, None, None)
+    sup = sup or Supervisor(cfg.run_dir / "state")
+    ownership = Ownership.build(sup.registry.token, sup.registry.entries(), cfg.handoff.protected_process_names)
+    listeners = port_holders(ports, ownership)
+    if not listeners:
+        return Check("ports", PASS, f"free: {ports}")
+    who = lambda p: f"{p['port']} (PID {p['pid']}: {p['cmd']})" if p["pid"] else f"{p['port']} ({p['why']})"  # noqa: E731
+    others = [who(p) for p in listeners if p["class"] != "owned"]
+    if others:
+        return Check("ports", FAIL, "already listening, not started by this pipeline: " + ", ".join(others),
+                     "stop what listens there (it is not this pipeline's) or change the *.server.port settings")
+    return Check("ports", WARN, "a dead earlier run of this run dir left listeners: "
+                 + ", ".join(who(p) for p in listeners),
+                 "nothing to do: `eagle3 run` ends them in its recovery handoff (or run `eagle3 handoff CONFIG`)")
 
 
 def check_gpus(cfg: PipelineConfig, backend=None) -> Check:
@@ -326,7 +339,7 @@ def run_doctor(cfg: PipelineConfig, sup: Supervisor | None = None, engines: bool
 
     timed(check_gpus, cfg)
     timed(check_model_files, cfg)
-    timed(check_ports, cfg)
+    timed(check_ports, cfg, sup)
     timed(check_shm, cfg)
     timed(check_disk, cfg)
     timed(check_aux_layers, cfg)

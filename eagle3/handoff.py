@@ -26,8 +26,9 @@ from .config import PHASES, Handoff, PipelineConfig
 from .errors import HandoffError, PipelineError
 from .fsio import atomic_write_json
 from .gpus import GpuBackend, GpuQueryError, GpuState, NvmlBackend
-from .holders import Holder, Ownership, describe_cmd, find_holders
-from .services import OWNER_ENV, Supervisor, state_dir_for
+from .handoff_view import summary_line
+from .holders import Holder, Ownership, describe_cmd, find_holders, port_holders
+from .services import OWNER_ENV, SERVICE_ENV, Entry, Supervisor, state_dir_for
 from .terminate import end_processes
 
 BUSY_UTIL = 90  # % utilisation with no process on the GPU: wedged, not free
@@ -98,6 +99,17 @@ def handoff_for_config(cfg: PipelineConfig, after: str = "start", before: str | 
                        backend=backend, supervisor=supervisor)
 
 
+def recovery_handoff(cfg: PipelineConfig, backend: GpuBackend | None = None, supervisor: Supervisor | None = None,
+                     ports: list[int] | None = None) -> HandoffReport:
+    """The first step of a run that has just taken the run dir's lease: whatever the registry and
+    the owner token still name belongs to a dead earlier run (services, its Prefect server,
+    escaped children); end it, purge its /dev/shm files, and prove every GPU and `ports` (default:
+    every phase's) free."""
+    ports = ports_for(cfg, None, None) if ports is None else ports
+    return run_handoff(cfg.run_dir, cfg.handoff, list(cfg.gpus), ports, label="recovery",
+                       backend=backend, supervisor=supervisor)
+
+
 def run_handoff(run_dir: Path, settings: Handoff, gpus: list[int] | None, ports: Iterable[int] = (), *,
                 label: str = "", backend: GpuBackend | None = None,
                 supervisor: Supervisor | None = None) -> HandoffReport:
@@ -130,7 +142,7 @@ def run_handoff(run_dir: Path, settings: Handoff, gpus: list[int] | None, ports:
             for o in outcomes:
                 if not o.clean:
                     report.problems.append(f"service {o.name} (group {o.pgid}): PIDs {o.survivors} {o.note}")
-            report.ended += [e.to_dict() for e in _end_marked(ownership, settings.grace_s)]
+            report.ended += [e.to_dict() for e in _end_marked(ownership, sup.registry.entries(), settings.grace_s)]
             rec["detail"] = f"{len(outcomes)} registered, {len(report.ended)} other marked process(es)"
 
         checking = gpus is None or len(gpus) > 0
@@ -187,18 +199,11 @@ def run_handoff(run_dir: Path, settings: Handoff, gpus: list[int] | None, ports:
         report.ok = not report.problems
         report.verdict = "GPUs free: next phase may start" if report.ok else "BLOCKED: next phase must not start"
         report.path = str(_write(run_dir, report))
-        progress.emit(progress.Event("handoff", progress.END, ok=report.ok, message=_one_line(report)))
+        progress.emit(progress.Event("handoff", progress.END, ok=report.ok,
+                                     message=summary_line(report).removeprefix("handoff ")))
     if not report.ok:
         raise HandoffError(f"GPU handoff{' ' + label if label else ''} refused: " + "; ".join(report.problems), report)
     return report
-
-
-def _one_line(report: HandoffReport) -> str:
-    stopped = sum(1 for s in report.services if s.get("members")) + len(report.ended)
-    parts = [f"{report.label or 'handoff'}: {report.verdict}"]
-    parts += [f"stopped {stopped} leftover process group(s)/process(es)"] if stopped else []
-    parts += report.problems or [f"GPU check {report.gpu_check.split(':')[0]}"]
-    return "; ".join(parts)
 
 
 def _snapshot(backend: GpuBackend, gpus: list[int]) -> list[GpuState]:
@@ -211,38 +216,26 @@ def _snapshot(backend: GpuBackend, gpus: list[int]) -> list[GpuState]:
     return every
 
 
-def _end_marked(ownership: Ownership, grace_s: float):
-    """Live processes carrying this run's owner token that no registry entry covered any more."""
+def _end_marked(ownership: Ownership, entries: list[Entry], default_grace_s: float):
+    """Live processes carrying this run's owner token that no registry entry covered any more,
+    each with the grace recorded for its service (a trainer's rank keeps the trainer's grace)."""
     if not ownership.token:
         return []
-    targets = []
+    graces = {e.id: e.grace(default_grace_s) for e in entries}
+    by_grace: dict[float, list] = {}
     for info in procfs.all_procs():
-        if info.zombie or info.pid in ownership.protected_pids:
+        if info.zombie or ownership.spares(info):
             continue
         if procfs.environ_value(info.pid, OWNER_ENV) == ownership.token:
-            targets.append((info.pid, info.start_ticks, describe_cmd(info.pid), "carries this run's owner token"))
-    return end_processes(targets, grace_s) if targets else []
+            grace = graces.get(procfs.environ_value(info.pid, SERVICE_ENV) or "", default_grace_s)
+            by_grace.setdefault(grace, []).append(
+                (info.pid, info.start_ticks, describe_cmd(info.pid), "carries this run's owner token"))
+    return [e for grace, targets in by_grace.items() for e in end_processes(targets, grace)]
 
 
 def _end_owned(holders: Iterable[Holder], grace_s: float) -> list[dict]:
     targets = [(h.pid, h.start_ticks, h.cmd, h.why) for h in holders if h.cls == "owned"]
     return [e.to_dict() for e in end_processes(targets, grace_s)] if targets else []
-
-
-def _port_holders(ports: list[int], ownership: Ownership) -> list[dict]:
-    found = []
-    listening = procfs.listening_sockets(set(ports))
-    owners = procfs.socket_pids({i for inodes in listening.values() for i in inodes})
-    for port, inodes in sorted(listening.items()):
-        pids = sorted({pid for i in inodes for pid in owners.get(i, set())})
-        if not pids:
-            found.append({"port": port, "pid": None, "class": "foreign", "start_ticks": None,
-                          "cmd": "", "why": "no visible process holds the socket"})
-        for pid in pids:
-            cls, why = ownership.classify(pid)
-            found.append({"port": port, "pid": pid, "class": cls, "why": why, "cmd": describe_cmd(pid),
-                          "start_ticks": procfs.start_ticks(pid)})
-    return found
 
 
 def _verify(report: HandoffReport, settings: Handoff, backend: GpuBackend | None, gpus: list[int],
@@ -264,7 +257,7 @@ def _verify(report: HandoffReport, settings: Handoff, backend: GpuBackend | None
                 return [report.gpu_check]
             holders = find_holders(every, settings.dev_dir, ownership, gpus)
             states = [s for s in every if s.index in gpus]
-        listeners = _port_holders(ports, ownership)
+        listeners = port_holders(ports, ownership)
         owned = [(h.pid, h.start_ticks, h.cmd, h.why) for h in holders.values() if h.cls == "owned"]
         owned += [(p["pid"], p["start_ticks"], p["cmd"], p["why"]) for p in listeners if p["class"] == "owned"]
         owned = [t for t in owned if t[0] not in done]

@@ -20,6 +20,21 @@ def gpu_rows(report) -> list[dict]:
              "processes": len(g["processes"])} for g in r["gpus"]]
 
 
+def summary_line(report) -> str:
+    """One line for a terminal or log: the verdict, what was ended, and where the report is."""
+    r = _d(report)
+    ended = [f"{s['name']} (group {s['pgid']}, {s['signal']})" for s in r["services"] if s.get("members")]
+    ended += [f"PID {e['pid']}" for e in r["ended"]]
+    removed = len(r["shm"].get("removed", [])) if r["shm"] else 0
+    parts = [f"handoff {r['label']}: {'GPUs free' if r['ok'] else 'BLOCKED'} in {r['seconds']:.2f} s"]
+    parts.append(f"ended {', '.join(ended)}" if ended else "nothing left to end")
+    if removed:
+        parts.append(f"{removed} stale /dev/shm file(s) removed")
+    if not r["ok"]:
+        parts.append("; ".join(r["problems"]))
+    return "; ".join(parts) + f" (report {r['path']})"
+
+
 def renderable(report) -> Group:
     r = _d(report)
     parts = []

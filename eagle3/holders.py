@@ -59,19 +59,24 @@ class Ownership:
     groups: set[int]  # pgids of registry entries whose leader is alive and verified, or gone
     protected_names: set[str]
     protected_pids: set[int]
+    run_service_groups: set[int] = field(default_factory=set)  # pgids of a live run's own services
 
     @classmethod
     def build(cls, token: str | None, entries: Iterable[Entry], protected_names: Iterable[str],
               self_pid: int | None = None) -> "Ownership":
-        groups = set()
+        groups, run_services = set(), set()
         for e in entries:
             # A group whose leader PID now belongs to someone else is no longer ours: with no
             # member left, the kernel may hand its number to a new group.
             if e.is_leader_alive_and_ours() is not False:
-                groups.add(e.pgid)
+                (run_services if e.serves_a_live_run() else groups).add(e.pgid)
         me = os.getpid() if self_pid is None else self_pid
         return cls(token=token, groups=groups, protected_names=set(protected_names),
-                   protected_pids=procfs.ancestors(me) | {me, 1})
+                   protected_pids=procfs.ancestors(me) | {me, 1}, run_service_groups=run_services)
+
+    def spares(self, info: procfs.ProcInfo) -> bool:
+        """Never signalled by a handoff: the orchestrator and its ancestors, PID 1, a live run's own services."""
+        return info.pid in self.protected_pids or info.pgid in self.run_service_groups
 
     def _protected_name(self, pid: int, comm: str) -> str | None:
         argv = procfs.cmdline(pid)
@@ -87,6 +92,8 @@ class Ownership:
             return "foreign", "not visible in this host's /proc (other PID namespace?): cannot verify"
         if pid in self.protected_pids:
             return "protected", "this handoff process, its ancestors (orchestrator) or PID 1"
+        if info.pgid in self.run_service_groups:
+            return "protected", "a service of the live run itself (e.g. its Prefect server)"
         name = self._protected_name(pid, info.comm)
         if name:
             return "protected", f"system process '{name}' (handoff.protected_process_names)"
@@ -155,3 +162,20 @@ def find_holders(states: list[GpuState], dev_dir: Path, ownership: Ownership,
         h.cmd = describe_cmd(h.pid)
         h.cls, h.why = ownership.classify(h.pid)
     return holders
+
+
+def port_holders(ports: Iterable[int], ownership: Ownership) -> list[dict]:
+    """Every listener on `ports`, with its PID, command and class (owned/protected/foreign)."""
+    found = []
+    listening = procfs.listening_sockets(set(ports))
+    owners = procfs.socket_pids({i for inodes in listening.values() for i in inodes})
+    for port, inodes in sorted(listening.items()):
+        pids = sorted({pid for i in inodes for pid in owners.get(i, set())})
+        if not pids:
+            found.append({"port": port, "pid": None, "class": "foreign", "start_ticks": None,
+                          "cmd": "", "why": "no visible process holds the socket"})
+        for pid in pids:
+            cls, why = ownership.classify(pid)
+            found.append({"port": port, "pid": pid, "class": cls, "why": why, "cmd": describe_cmd(pid),
+                          "start_ticks": procfs.start_ticks(pid)})
+    return found

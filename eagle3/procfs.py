@@ -268,6 +268,14 @@ def socket_pids(inodes: set[int]) -> dict[int, set[int]]:
 
 
 def listening_ports(ports: set[int]) -> dict[int, str]:
-    """Which of `ports` have a LISTEN socket on this host (any address), with a description."""
-    return {port: f"LISTEN socket inode {', '.join(map(str, sorted(inodes)))}"
-            for port, inodes in listening_sockets(ports).items()}
+    """Which of `ports` have a LISTEN socket on this host (any address), described by the PIDs
+    and commands holding the socket where /proc shows them (not for another user's or namespace's)."""
+    listening = listening_sockets(ports)
+    owners = socket_pids({i for inodes in listening.values() for i in inodes})
+    described = {}
+    for port, inodes in listening.items():
+        pids = sorted({pid for i in inodes for pid in owners.get(i, set())})
+        who = ", ".join(f"PID {pid} ({' '.join(cmdline(pid))[:160] or '?'})" for pid in pids)
+        described[port] = f"listened on by {who}" if pids else \
+            f"LISTEN socket inode {', '.join(map(str, sorted(inodes)))}, holder not visible (another user or namespace)"
+    return described

@@ -54,6 +54,10 @@ class Entry:
     started_at: float = 0.0
     unit: str | None = None
     start_ticks: int = 0  # exact identity (clock ticks since boot); 0 in registries written before it existed
+    stop_grace_s: float = 0.0  # the service's own grace; every stop path uses it (0: written before it existed)
+    scope: str = "phase"  # "phase": ended by every handoff; "run": lives as long as its orchestrator
+    orchestrator_pid: int = 0  # the process that launched it (holds the run lease), with its start ticks
+    orchestrator_ticks: int = 0
 
     def is_leader_alive_and_ours(self) -> bool | None:
         """True: the leader PID is our process; False: it now belongs to another one; None: no live leader."""
@@ -63,6 +67,17 @@ class Entry:
         if self.start_ticks:
             return info.start_ticks == self.start_ticks
         return procfs.same_process(self.pid, self.start_time)
+
+    def grace(self, default_s: float) -> float:
+        return self.stop_grace_s or default_s
+
+    def orchestrator_alive(self) -> bool:
+        return bool(self.orchestrator_pid) and procfs.same_start(self.orchestrator_pid, self.orchestrator_ticks)
+
+    def serves_a_live_run(self) -> bool:
+        """A run-scoped service (e.g. the run's own Prefect server) whose run is still going:
+        handoffs between phases must leave it alone; once its orchestrator is gone, it is a leftover."""
+        return self.scope == "run" and self.orchestrator_alive()
 
 
 class Registry:
@@ -306,6 +321,7 @@ class LaunchSpec:
     stop_grace_s: float = 20.0
     hang_timeout_s: float | None = None
     secrets: list[str] = field(default_factory=list)  # argv values masked in the registry and log
+    scope: str = "phase"  # "run": not a phase's service but the run's own (see Entry.scope)
 
     def __post_init__(self):
         # A string would be iterated as characters; argv must be a real list (no shell strings).
@@ -339,9 +355,11 @@ class Supervisor:
         # Read while the child is unreaped: even if it already exited, its zombie keeps the PID and stat.
         started = procfs.start_time(popen.pid) or 0.0
         ticks = procfs.start_ticks(popen.pid) or 0
+        me = os.getpid()
         entry = Entry(id=sid, name=spec.name, phase=spec.phase, pid=popen.pid, pgid=popen.pid, start_time=started,
                       argv=spec.shown_argv(), log=str(spec.log), gpus=list(spec.gpus), started_at=time.time(),
-                      start_ticks=ticks)
+                      start_ticks=ticks, stop_grace_s=spec.stop_grace_s, scope=spec.scope,
+                      orchestrator_pid=me, orchestrator_ticks=procfs.start_ticks(me) or 0)
         try:
             self.registry.add(entry)
         except BaseException:
@@ -360,13 +378,17 @@ class Supervisor:
     def stop_all(self) -> list[StopOutcome]:
         return [proc.stop() for proc in list(self._live.values())]
 
-    def sweep(self, grace_s: float) -> list[StopOutcome]:
-        """Stop every registry entry, including those of crashed earlier runs."""
+    def sweep(self, default_grace_s: float, include_live_run_services: bool = False) -> list[StopOutcome]:
+        """Stop every registry entry, including those of crashed earlier runs, each with its own
+        recorded grace (`default_grace_s` only for entries written before graces were recorded).
+        The services of a still-running run (its Prefect server) stay unless asked for."""
         outcomes = []
         for entry in self.registry.entries():
+            if entry.serves_a_live_run() and not include_live_run_services:
+                continue
             live = self._live.pop(entry.id, None)
             reap = live.popen.poll if live else None
-            outcome = stop_entry(entry, self.registry.token, grace_s, reap)
+            outcome = stop_entry(entry, self.registry.token, entry.grace(default_grace_s), reap)
             if outcome.clean:
                 self.registry.remove(entry.id)
             outcomes.append(outcome)

@@ -13,7 +13,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from . import procfs
+from . import lease, procfs
 from .config import PHASES, load_config
 from .errors import ConfigError
 from .fsio import read_json
@@ -36,14 +36,6 @@ def resolve(target: Path) -> tuple[Path, str | None]:
         raise ConfigError(f"{target}: no such config file or run dir")
     cfg = load_config(target, check_files=False)
     return cfg.run_dir, str(target.resolve())
-
-
-def lease_holder(run_dir: Path) -> dict | None:
-    try:
-        from .lease import lease_holder as holder
-    except ImportError:  # the run lease lands separately; until then nobody is reported
-        return None
-    return holder(run_dir)
 
 
 def _process_state(pid: int | None, start_ticks: int | None) -> str:
@@ -125,7 +117,7 @@ def collect(run_dir: Path, config_path: str | None = None, now: float | None = N
         "pid": (record or {}).get("pid"), "host": (record or {}).get("host"), "command": (record or {}).get("command"),
         "started_at": (record or {}).get("started_at"), "finished_at": (record or {}).get("finished_at"),
         "error": (record or {}).get("error"), "failed_phase": (record or {}).get("phase"),
-        "resume": (record or {}).get("resume"), "lease": lease_holder(run_dir),
+        "resume": (record or {}).get("resume"), "lease": lease.lease_holder(run_dir),
         "current_phase": current, "current_since": views[current].started_at if current else None,
         "eta_s": views[current].eta_s if current else None, "phases_run": (record or {}).get("phases"),
         "activity": (views.get(prog.get("current")).to_dict() if prog.get("current") in views else None),
@@ -160,8 +152,7 @@ def render(s: dict) -> str:
     elif s["finished_at"]:
         state += f" {_ago(s['finished_at'], now)}"
     rows.append(("state", state))
-    lease = s["lease"]
-    rows.append(("held by", f"PID {lease.get('pid')} on {lease.get('host')}: {lease.get('cmd')}" if lease else "nobody"))
+    rows.append(("held by", lease.describe(s["lease"]) if s["lease"] else "nobody (the run dir's lease is free)"))
     if s["current_phase"]:
         order = s["phases_run"] or list(PHASES)
         nth = f" ({order.index(s['current_phase']) + 1} of {len(order)})" if s["current_phase"] in order else ""

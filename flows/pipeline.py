@@ -13,6 +13,7 @@ from prefect.runtime import flow_run
 
 from eagle3.config import PHASES, load_config
 from eagle3.errors import ConfigError
+from eagle3.lease import LeaseBusy, hold
 from eagle3.pipeline import UPSTREAM, is_done, output_fingerprint, select_phases, state_dir, supervisor
 from eagle3.progress_display import unattended_lines
 from eagle3.runstate import recording
@@ -32,10 +33,18 @@ def teardown(flow, flow_run, state) -> None:
     if not Path(config_path).is_absolute() and not Path(config_path).exists():
         config_path = REPO / config_path  # hooks may run outside the deployment's working directory
     cfg = load_config(config_path, check_files=False)
-    outcomes = supervisor(cfg).sweep(cfg.handoff.grace_s)
     from prefect.logging.loggers import flow_run_logger
 
-    flow_run_logger(flow_run, flow).info(
+    logger = flow_run_logger(flow_run, flow)
+    try:
+        # Ours to end only while no other live run holds the run dir (this one may be a run that
+        # was cancelled while it waited for the lease; the holder's services are not its own).
+        with hold(cfg.run_dir):
+            outcomes = supervisor(cfg).sweep(cfg.handoff.grace_s)
+    except LeaseBusy as e:
+        logger.info("teardown on %s: nothing stopped (%s)", state.name if state else "?", e)
+        return
+    logger.info(
         "teardown on %s: %d registered service(s) stopped%s", state.name if state else "?", len(outcomes),
         "".join(f"; {o.name} (group {o.pgid}) {'clean' if o.clean else f'SURVIVORS {o.survivors}'}" for o in outcomes))
 
@@ -46,23 +55,26 @@ def result_storage(cfg) -> Path:
     return state_dir(cfg) / "prefect-results"
 
 
-def run_phases(config_path: str, phases: list[str], force: list[str], doctor: bool = True) -> dict:
-    """The phases with their handoffs, recorded for `eagle3 status` (run.json, progress.json), with
-    progress lines in the run's log unless a terminal already shows them (`eagle3 run`)."""
+def run_phases(config_path: str, phases: list[str], force: list[str], doctor: bool = True,
+               lease_wait_s: float = 0.0) -> dict:
+    """Under the run's leases (run dir, GPUs): the start handoff first (it ends what a dead earlier
+    run left), then the doctor, then each phase with a handoff after it. Recorded for `eagle3 status`
+    (run.json, progress.json) by the lease holder only, with progress lines in the run's log unless a
+    terminal already shows them (`eagle3 run`)."""
     cfg = load_config(config_path)
-    with recording(cfg, config_path, phases), unattended_lines(get_run_logger().info):
-        return _run_phases(config_path, phases, force, doctor)
+    with hold(cfg.run_dir, list(cfg.gpus), lease_wait_s):
+        with recording(cfg, config_path, phases), unattended_lines(get_run_logger().info):
+            return _run_phases(cfg, config_path, phases, force, doctor)
 
 
-def _run_phases(config_path: str, phases: list[str], force: list[str], doctor: bool) -> dict:
-    cfg = load_config(config_path)
+def _run_phases(cfg, config_path: str, phases: list[str], force: list[str], doctor: bool) -> dict:
     logger = get_run_logger()
     token = str(flow_run.id or "")
     storage = result_storage(cfg)
     results: dict[str, dict] = {}
+    gpu_handoff(config_path, after="start")
     if doctor:
         preflight(config_path)
-    gpu_handoff(config_path, after="start")
     for phase in phases:
         up = UPSTREAM[phase]
         upstream = results[up]["fingerprint"] if up in results else (output_fingerprint(cfg, up) if up else None)
@@ -80,10 +92,12 @@ def _run_phases(config_path: str, phases: list[str], force: list[str], doctor: b
 
 @flow(name="eagle3-pipeline", on_crashed=[teardown], on_cancellation=[teardown], validate_parameters=True)
 def eagle3_pipeline(config_path: str, only: str | None = None, from_: str | None = None,
-                    force: list[str] | None = None, doctor: bool = True) -> dict:
+                    force: list[str] | None = None, doctor: bool = True, lease_wait_s: float = 0.0) -> dict:
     """Run the EAGLE-3 pipeline (all phases, `only` one, or `from_` one on), with handoffs;
-    the preflight doctor runs first unless `doctor` is False."""
+    the preflight doctor runs first unless `doctor` is False. If another run holds the run dir
+    or one of its GPUs, wait up to `lease_wait_s` seconds for it, then fail naming it."""
     unknown = [p for p in (force or []) if p not in PHASES]
     if unknown:  # a typo must not silently force nothing
         raise ConfigError(f"force: unknown phase(s) {unknown}; choose from {', '.join(PHASES)}")
-    return run_phases(str(Path(config_path).resolve()), select_phases(only, from_), list(force or []), doctor)
+    return run_phases(str(Path(config_path).resolve()), select_phases(only, from_), list(force or []), doctor,
+                      lease_wait_s)

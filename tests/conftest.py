@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import os
 import socket
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,6 +14,8 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
+# GPU leases are node-wide: tests (and the eagle3 processes they start) keep theirs private.
+os.environ.setdefault("EAGLE3_LOCK_DIR", tempfile.mkdtemp(prefix="eagle3-test-locks-"))
 TINY_CONFIG = REPO / "configs" / "tiny-cpu.yaml"
 ENGINE_PYTHON = REPO / ".venv-engine" / "bin" / "python"
 

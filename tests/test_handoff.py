@@ -40,9 +40,9 @@ def env(tmp_path):
             base = dict(grace_s=0.5, deadline_s=4, poll_interval_s=0.05, shm_dir=self.shm, dev_dir=self.dev)
             return Handoff(**{**base, **kw})
 
-        def launch(self, code: str, *args: str, name: str = "svc"):
+        def launch(self, code: str, *args: str, name: str = "svc", grace_s: float = 0.5):
             proc = self.sup.launch(LaunchSpec(name=name, argv=[PY, "-c", code, *map(str, args)],
-                                              log=tmp_path / "logs" / f"{name}.log", gpus=[0]))
+                                              log=tmp_path / "logs" / f"{name}.log", gpus=[0], stop_grace_s=grace_s))
             wait_until(lambda: "ready" in proc.log_tail().splitlines(), what=f"{name} ready")
             return proc
 
@@ -70,7 +70,7 @@ def test_owned_service_holding_a_gpu_is_ended_and_gpus_proven_free(env):
 
 
 def test_owned_holder_that_ignores_sigterm_is_killed_within_grace_plus_margin(env):
-    proc = env.launch(HOLD, env.gpus.device(1), "ignore-term", "map")
+    proc = env.launch(HOLD, env.gpus.device(1), "ignore-term", "map", grace_s=1.0)
     t0 = time.monotonic()
     report = env.handoff(grace_s=1.0)
     assert time.monotonic() - t0 < 1.0 + 2.0

@@ -103,7 +103,7 @@ def test_crashed_orchestrator_leaves_a_registry_that_a_new_one_sweeps(tmp_path, 
     orphan = int(out.stdout.split()[0])
     spawner.track(orphan)
     wait_until(lambda: procfs.alive(orphan) and procfs.read_stat(orphan).ppid != os.getpid(), what="orphan")
-    outcomes = Supervisor(state).sweep(grace_s=5)
+    outcomes = Supervisor(state).sweep(default_grace_s=5)
     assert [o.name for o in outcomes] == ["orphan"] and outcomes[0].clean
     assert gone(orphan)
     assert Registry(state).entries() == []
@@ -117,7 +117,7 @@ def test_registry_entry_whose_pid_was_reused_is_left_alone(tmp_path, spawner):
     reg.add(Entry(id="old-1", name="old", phase="datagen", pid=stranger.pid, pgid=stranger.pid,
                   start_time=procfs.start_time(stranger.pid) - 100, argv=["vllm", "serve"], log="x",
                   start_ticks=ticks - 500))
-    outcomes = Supervisor(state).sweep(grace_s=0.5)
+    outcomes = Supervisor(state).sweep(default_grace_s=0.5)
     assert outcomes[0].signal == "skipped" and "start time differs" in outcomes[0].note
     assert stranger.poll() is None and procfs.alive(stranger.pid)
     assert reg.entries() == []  # our group is gone: the stale entry is dropped
@@ -128,7 +128,7 @@ def test_legacy_entry_without_ticks_still_guards_by_start_time(tmp_path, spawner
     state = state_dir_for(tmp_path / "run")
     Registry(state).add(Entry(id="old-2", name="old", phase="", pid=stranger.pid, pgid=stranger.pid,
                               start_time=procfs.start_time(stranger.pid) - 3600, argv=["x"], log="x"))
-    assert Supervisor(state).sweep(grace_s=0.5)[0].signal == "skipped"
+    assert Supervisor(state).sweep(default_grace_s=0.5)[0].signal == "skipped"
     assert procfs.alive(stranger.pid)
 
 

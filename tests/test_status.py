@@ -4,6 +4,8 @@ in progress with a stand-in service launched through the Supervisor, failed, kil
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 import time
@@ -11,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from eagle3 import progress
+from eagle3 import lease, progress
 from eagle3.config import PHASES
 from eagle3.errors import GateError
 from eagle3.pipeline import supervisor
@@ -48,7 +50,7 @@ def test_a_run_in_progress_then_failed(tmp_path, make_config):
     now = time.time()
     proc = None
     with pytest.raises(GateError):
-        with recording(cfg, str(config), list(PHASES)) as sink:
+        with lease.hold(cfg.run_dir), recording(cfg, str(config), list(PHASES)) as sink:
             progress.emit(Event("datagen", START, at=now - 30))
             progress.emit(Event("datagen", PROGRESS, done=10, total=64, unit="samples", at=now - 20))
             progress.emit(Event("datagen", PROGRESS, done=30, total=64, unit="samples", detail={"tok_s": 99.5},
@@ -61,8 +63,9 @@ def test_a_run_in_progress_then_failed(tmp_path, make_config):
                 assert text.returncode == 0, text.stderr
                 out = text.stdout
                 assert row(out, "state").startswith("RUNNING for ")
+                assert row(out, "held by").startswith(f"PID {os.getpid()} (")
                 assert row(out, "service").startswith(f"datagen-vllm-server PID {proc.pid} alive, GPUs -, up ")
-                assert row(out, "phase").startswith("datagen (1 of 4), running for 30 s, ETA 17 s")
+                assert re.fullmatch(r"datagen \(1 of 4\), running for 3\d s, ETA 17 s", row(out, "phase"))
                 assert row(out, "datagen") == "30/64 samples (47%), 2.00 samples/s, ETA 17 s; 99.5 tok/s"
                 s = status_json(cfg.run_dir)  # a run dir works as well as the config
                 assert s["status"] == "running" and s["current_phase"] == "datagen"
@@ -80,7 +83,7 @@ def test_a_run_in_progress_then_failed(tmp_path, make_config):
     assert row(out, "resume") == f"eagle3 run {config}   (finished phases are skipped)"
     assert row(out, "datagen").startswith("FAILED in ")
     s = status_json(config)
-    assert (s["status"], s["failed_phase"], s["services"]) == ("failed", "datagen", [])
+    assert (s["status"], s["failed_phase"], s["services"], s["lease"]) == ("failed", "datagen", [], None)
 
 
 def test_a_run_whose_process_was_killed_is_reported_dead(tmp_path, make_config):

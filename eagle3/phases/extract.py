@@ -165,7 +165,7 @@ def stop_leftovers(cfg: PipelineConfig, sup: Supervisor) -> list[StopOutcome]:
     for entry in sup.registry.entries():
         if entry.phase != PHASE:
             continue
-        outcome = stop_entry(entry, sup.registry.token, cfg.extract.server.stop_grace_s)
+        outcome = stop_entry(entry, sup.registry.token, entry.grace(cfg.extract.server.stop_grace_s))
         if outcome.clean:
             sup.registry.remove(entry.id)
         if outcome.members:

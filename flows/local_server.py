@@ -1,0 +1,50 @@
+"""The Prefect API server of an `eagle3 run` that has no PREFECT_API_URL.
+
+Prefect's own ephemeral server is a bare child process: after `kill -9` of the run it lived on,
+orphaned, and nothing ever ended it. This one is the same server (the command Prefect's
+SubprocessASGIServer runs), launched through the pack's supervisor as a *run-scoped* service:
+recorded in the run dir's registry with the run's PID, left alone by the handoffs between phases,
+stopped when the run ends, and found and ended by the next run's recovery handoff if the run died.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from pathlib import Path
+
+import prefect
+
+from eagle3 import progress
+from eagle3.services import HttpProbe, LaunchSpec, Process, Supervisor
+
+STARTUP_TIMEOUT_S = 240.0  # a cold start (database migrations) takes ~25 s on 2 cores
+STOP_GRACE_S = 10.0
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_local_server(sup: Supervisor, log_dir: Path) -> tuple[Process, str]:
+    """Start the server, wait until it answers, and return it with its API URL."""
+    port = _free_port()
+    argv = [sys.executable, "-m", "uvicorn", "--app-dir", str(Path(prefect.__file__).parent.parent),
+            "--factory", "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(port),
+            "--log-level", "error", "--lifespan", "on"]
+    env = {"PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}
+    proc = sup.launch(LaunchSpec(name="prefect-server", argv=argv, log=Path(log_dir) / "prefect-server.log",
+                                 phase="run", env=env, stop_grace_s=STOP_GRACE_S, scope="run"))
+    url = f"http://127.0.0.1:{port}/api"
+    what = f"waiting for the run's Prefect server (PID {proc.pid}, port {port})"
+    proc.wait_ready([HttpProbe(f"{url}/health")], STARTUP_TIMEOUT_S, on_wait=lambda s: progress.waiting("run", what, s))
+    return proc, url
+
+
+def use_server(url: str) -> None:
+    """Point this process (and the flow it runs) at `url`."""
+    os.environ["PREFECT_API_URL"] = url
+    os.environ.pop("PREFECT_SERVER_EPHEMERAL_ENABLED", None)
