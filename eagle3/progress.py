@@ -152,8 +152,7 @@ class Tracker:
             v = self.views[e.phase] = PhaseView(e.phase, started_at=e.at, updated_at=e.at)
             self._samples[e.phase] = deque()
         v.updated_at = e.at
-        if e.phase != "run" or self.current is None:
-            self.current = e.phase
+        self.current = e.phase
         if e.kind == PROGRESS:
             self._progress(v, e)
         elif e.kind in (STEP, WAIT):
@@ -165,7 +164,7 @@ class Tracker:
         elif e.kind == END:
             v.finished_at, v.ok, v.message, v.waiting, v.eta_s = e.at, e.ok, e.message, False, None
             v.detail.update(e.detail)
-        elif e.kind == NOTE and v.waiting:  # a note is a line to show; it also ends a wait ("ready after 45 s")
+        elif e.kind in (NOTE, START) and v.waiting:  # a note ("ready after 45 s") or a new start ends a wait
             v.activity, v.activity_since, v.waiting = "", None, False
         return v
 
@@ -202,6 +201,23 @@ def fmt_duration(seconds: float | None) -> str:
     if s < 3600:
         return f"{s // 60} min {s % 60:02d} s"
     return f"{s // 3600} h {s % 3600 // 60:02d} min"
+
+
+def fmt_rate(rate: float, unit: str) -> str:
+    """Per second, or per minute / hour when that reads better (bench windows take minutes)."""
+    unit = unit or "items"
+    for per, scale in (("s", 1), ("min", 60), ("h", 3600)):
+        if rate * scale >= 0.95 or per == "h":
+            value = rate * scale
+            return f"{value:.2f} {unit}/{per}" if value < 10 else f"{value:.0f} {unit}/{per}"
+    return ""
+
+
+def eta_left(v: "PhaseView", now: float) -> float | None:
+    """The ETA counted down since the progress it was computed from (negative once overdue)."""
+    if v.eta_s is None:
+        return None
+    return v.eta_s - (now - (v.progressed_at if v.progressed_at is not None else now))
 
 
 def fmt_bytes(n: float | None) -> str:
@@ -256,9 +272,10 @@ def describe(v: PhaseView, now: float | None = None, stale_after_s: float | None
         pct = f" ({100.0 * (v.done or 0) / v.total:.0f}%)"
         parts.append(f"{v.done or 0}/{v.total} {v.unit}".rstrip() + pct)
         if v.rate:
-            parts.append(f"{v.rate:.2f} {v.unit or 'items'}/s" if v.rate < 10 else f"{v.rate:.0f} {v.unit or 'items'}/s")
-        if v.eta_s is not None and (v.done or 0) < v.total:
-            parts.append(f"ETA {fmt_duration(v.eta_s)}")
+            parts.append(fmt_rate(v.rate, v.unit))
+        left = eta_left(v, now)
+        if left is not None and (v.done or 0) < v.total:
+            parts.append(f"ETA {fmt_duration(left)}" if left >= 0 else f"ETA passed {fmt_duration(-left)} ago")
     text = ", ".join(parts)
     extra = describe_detail(v.detail)
     if extra:

@@ -18,7 +18,7 @@ from .config import PHASES, load_config
 from .errors import ConfigError
 from .fsio import read_json
 from .handoff import REPORTS_DIRNAME
-from .progress import PhaseView, describe, fmt_bytes, fmt_duration
+from .progress import PhaseView, describe, eta_left, fmt_bytes, fmt_duration
 from .runstate import progress_file, run_file
 from .services import Entry, state_dir_for
 
@@ -119,7 +119,7 @@ def collect(run_dir: Path, config_path: str | None = None, now: float | None = N
         "error": (record or {}).get("error"), "failed_phase": (record or {}).get("phase"),
         "resume": (record or {}).get("resume"), "lease": lease.lease_holder(run_dir),
         "current_phase": current, "current_since": views[current].started_at if current else None,
-        "eta_s": views[current].eta_s if current else None, "phases_run": (record or {}).get("phases"),
+        "eta_s": eta_left(views[current], now) if current else None, "phases_run": (record or {}).get("phases"),
         "activity": (views.get(prog.get("current")).to_dict() if prog.get("current") in views else None),
         "progress_updated_at": prog.get("updated_at"), "phases": phases, "services": _services(run_dir, now),
         "last_handoff": _last_handoff(run_dir), "failures": read_json(state / "failures.json", default={}),
@@ -157,7 +157,8 @@ def render(s: dict) -> str:
         order = s["phases_run"] or list(PHASES)
         nth = f" ({order.index(s['current_phase']) + 1} of {len(order)})" if s["current_phase"] in order else ""
         rows.append(("phase", f"{s['current_phase']}{nth}, running for {fmt_duration(now - s['current_since'])}"
-                              + (f", ETA {fmt_duration(s['eta_s'])}" if s["eta_s"] is not None else "")))
+                              + (f", ETA {fmt_duration(s['eta_s'])}" if s["eta_s"] is not None and s["eta_s"] >= 0
+                                 else "")))
     act = s["activity"]
     if act and act["phase"] not in PHASES and act["finished_at"] is None and s["status"] == "running":
         rows.append(("now", f"{act['phase']}: {describe(PhaseView.from_dict(act), now)}"))

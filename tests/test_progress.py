@@ -32,8 +32,16 @@ def test_rate_and_eta_follow_the_progress():
     t.apply(Event("datagen", PROGRESS, done=10, total=64, unit="samples", at=100.0))
     v = t.apply(Event("datagen", PROGRESS, done=30, total=64, unit="samples", detail={"tok_s": 412.0}, at=110.0))
     assert v.rate == pytest.approx(2.0) and v.eta_s == pytest.approx(17.0)
-    line = describe(v, now=111.0)
-    assert line.startswith("30/64 samples (47%), 2.00 samples/s, ETA 17 s; 412.0 tok/s"), line
+    line = describe(v, now=111.0)  # the ETA counts down from the last progress
+    assert line == "30/64 samples (47%), 2.00 samples/s, ETA 16 s; 412.0 tok/s", line
+    assert "ETA passed 13 s ago" in describe(v, now=140.0)
+
+
+def test_slow_rates_read_per_minute():
+    t = Tracker()
+    t.apply(Event("bench", PROGRESS, done=1, total=6, unit="windows", at=0.0))
+    v = t.apply(Event("bench", PROGRESS, done=2, total=6, unit="windows", at=40.0))
+    assert describe(v, now=40.0).startswith("2/6 windows (33%), 1.50 windows/min, ETA 2 min 40 s")
 
 
 def test_a_wait_counts_up_and_ends_with_progress_or_a_note():
@@ -44,6 +52,9 @@ def test_a_wait_counts_up_and_ends_with_progress_or_a_note():
     assert describe(v, now=45.0) == "waiting for vllm server readiness 45 s"
     v = t.apply(Event("extract", NOTE, message="vllm server ready after 45 s", at=45.5))
     assert not v.waiting and v.activity == ""
+    t.apply(Event("run", WAIT, message="waiting for the run's Prefect server", detail={"waited_s": 3.0}, at=46.0))
+    assert t.current == "run" and "Prefect server" in describe(t.current_view(), now=47.0)
+    assert t.apply(Event("run", START, message="pipeline x", at=48.0)).activity == ""
     t.apply(Event("extract", WAIT, message="waiting for something else", detail={"waited_s": 0.0}, at=50.0))
     v = t.apply(Event("extract", PROGRESS, done=1, total=8, unit="samples", at=51.0))
     assert not v.waiting and "waiting" not in describe(v, now=52.0)

@@ -52,9 +52,9 @@ def test_a_run_in_progress_then_failed(tmp_path, make_config):
     with pytest.raises(GateError):
         with lease.hold(cfg.run_dir), recording(cfg, str(config), list(PHASES)) as sink:
             progress.emit(Event("datagen", START, at=now - 30))
-            progress.emit(Event("datagen", PROGRESS, done=10, total=64, unit="samples", at=now - 20))
+            progress.emit(Event("datagen", PROGRESS, done=10, total=64, unit="samples", at=now - 10))
             progress.emit(Event("datagen", PROGRESS, done=30, total=64, unit="samples", detail={"tok_s": 99.5},
-                                at=now - 10))
+                                at=now))  # 2 samples/s: ETA 17 s, counting down from here
             sink.flush()
             proc = sup.launch(LaunchSpec(name="datagen-vllm-server", argv=[PY, "-c", SLEEP], phase="datagen",
                                          log=cfg.phase_dir("datagen") / "logs" / "server.log"))
@@ -65,11 +65,11 @@ def test_a_run_in_progress_then_failed(tmp_path, make_config):
                 assert row(out, "state").startswith("RUNNING for ")
                 assert row(out, "held by").startswith(f"PID {os.getpid()} (")
                 assert row(out, "service").startswith(f"datagen-vllm-server PID {proc.pid} alive, GPUs -, up ")
-                assert re.fullmatch(r"datagen \(1 of 4\), running for 3\d s, ETA 17 s", row(out, "phase"))
-                assert row(out, "datagen") == "30/64 samples (47%), 2.00 samples/s, ETA 17 s; 99.5 tok/s"
+                assert re.fullmatch(r"datagen \(1 of 4\), running for 3\d s, ETA 1[0-7] s", row(out, "phase"))
+                assert re.fullmatch(r"30/64 samples \(47%\), 2.00 samples/s, ETA 1[0-7] s; 99.5 tok/s", row(out, "datagen"))
                 s = status_json(cfg.run_dir)  # a run dir works as well as the config
                 assert s["status"] == "running" and s["current_phase"] == "datagen"
-                assert s["eta_s"] == pytest.approx(17.0)
+                assert 8 < s["eta_s"] <= 17
                 assert [(v["name"], v["pid"], v["state"]) for v in s["services"]] == \
                        [("datagen-vllm-server", proc.pid, "alive")]
                 assert s["config_path"] == str(config) and "resume" not in out

@@ -197,7 +197,8 @@ def run_train(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | No
     paths.dir.mkdir(parents=True, exist_ok=True)
     paths.manifest.unlink(missing_ok=True)  # a manifest always describes the checkpoint beside it
     total = cfg.train.epochs
-    prog(0, total)
+    if not dry:  # a dry run trains no epoch: its progress is the step it runs
+        prog(0, total)
     t0 = time.time()
     if dry:
         source, resume = _dry_run(cfg, sup, ext, paths, prog), {"resume_from": None, "actions": [],
@@ -222,7 +223,8 @@ def run_train(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | No
         "created_at": time.time(),
     }
     atomic_write_json(paths.manifest, manifest)
-    prog(manifest["epochs_completed"] if not dry else 0, total)
+    if not dry:
+        prog(manifest["epochs_completed"], total)
     return manifest
 
 

@@ -125,3 +125,36 @@ def test_status_after_a_failed_run_gives_the_resume_command(prefect_server, tmp_
     assert "GateError: extract: gate failed on purpose" in s["error"]
     assert s["resume"] == f"eagle3 run {config}"
     assert s["phases"]["datagen"]["done"] and not s["phases"]["extract"]["done"]
+
+
+def test_a_worker_run_logs_the_progress_lines_in_its_flow_run_log(worker, tmp_path):
+    """Without a terminal or a CLI (a deployment run by a worker), the same lines go into the flow
+    run's log on the server, once each; `eagle3 status` reads the run's outcome from its run dir."""
+    from flowkit import PIPELINE, client, config, params, submit, wait_final
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+
+    path, run_dir = config(tmp_path, "progress-worker", {"ticks": {"datagen": [4, 0.2]}})
+    rid = submit(PIPELINE, params(path))
+    run = wait_final([rid], timeout=300)[rid]
+    assert run.state.is_completed(), run.state
+
+    def messages() -> list[str]:
+        with client() as c:
+            return [log.message for log in c.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[rid])))]
+
+    deadline = time.monotonic() + 30  # logs are shipped to the server in batches
+    while not any(m.startswith("bench: done in ") for m in messages()) and time.monotonic() < deadline:
+        time.sleep(1)
+    logged = messages()
+    for phase in PHASES:
+        assert sum(1 for m in logged if m == f"{phase}: started") == 1, logged
+        assert sum(1 for m in logged if m.startswith(f"{phase}: done in ")) == 1, logged
+    assert sum(1 for m in logged if m.startswith("handoff: done in ")) == len(PHASES) + 1  # start + after each
+    s = status_json(run_dir, worker_env())
+    assert s["status"] == "completed" and s["command"] and all(s["phases"][p]["done"] for p in PHASES)
+
+
+def worker_env() -> dict:
+    import os
+
+    return {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
