@@ -15,6 +15,7 @@ import threading
 import time
 from typing import Callable, Iterator
 
+from .config import PHASES
 from .progress import END, NOTE, START, STEP, WAIT, Event, Tracker, describe, emit, fmt_duration, subscribed, watched_by
 
 INTERVAL_ENV = "EAGLE3_PROGRESS_INTERVAL_S"
@@ -133,8 +134,12 @@ class LiveDisplay(Display):
         now = time.time()
         grid = Table.grid(padding=(0, 1))
         with self.lock:
-            views = [v for v in self.tracker.views.values() if v.phase != "run"]
+            # A row per pipeline phase seen so far, plus the run-level step in progress (the run's
+            # server, the doctor, a handoff) while there is one.
+            views = [self.tracker.views[p] for p in PHASES if p in self.tracker.views]
             current = self.tracker.current_view()
+            if current is not None and current.phase not in PHASES and current.finished_at is None:
+                views.append(current)
             for v in views:
                 if v.total:
                     bar = ProgressBar(total=v.total, completed=v.done or 0, width=24)
@@ -142,7 +147,7 @@ class LiveDisplay(Display):
                     bar = ProgressBar(total=None, width=24, pulse=v.finished_at is None)
                 grid.add_row(f"[bold]{v.phase:9s}[/]", bar, describe(v, now, DEFAULT_INTERVAL_S))
             if not views:
-                grid.add_row("", "", self.status_line(now, None) if current else "starting")
+                grid.add_row("", "", "starting")
         return grid
 
     def __enter__(self) -> "LiveDisplay":

@@ -164,9 +164,15 @@ def test_live_display_renders_every_phase(monkeypatch):
     d(Event("datagen", START))
     d(Event("datagen", PROGRESS, done=32, total=64, unit="samples", detail={"tok_s": 12.5}))
     d(Event("extract", WAIT, message="waiting for vllm server readiness", detail={"waited_s": 3.0}))
-    console.print(d)
-    text = console.file.getvalue()
-    assert "32/64 samples (50%)" in text and "waiting for vllm server readiness" in text
+    d(Event("handoff", START, quiet=True, message="extract-to-train: proving GPUs free"))
+    d(Event("handoff", END, message="extract-to-train: GPUs free"))
+    d(Event("preflight", START, message="doctor"))
+    assert "handoff: done in 0 s: extract-to-train: GPUs free" in console.file.getvalue()  # lines above the view
+    screen = Console(file=StringIO(), width=160, color_system=None)
+    screen.print(d)  # the live view itself
+    rows = screen.file.getvalue().splitlines()
+    assert [r.split()[0] for r in rows] == ["datagen", "extract", "preflight"], rows  # a finished handoff: no row
+    assert "32/64 samples (50%)" in rows[0] and "waiting for vllm server readiness" in rows[1]
     assert isinstance(d, Display)
 
 
