@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -72,12 +73,15 @@ def _recover(cfg, sup, ports: list[int] | None = None) -> None:
     from .errors import HandoffError
     from .handoff import recovery_handoff
     from .handoff_view import summary_line
+    from .progress import watched_by
+    from .progress_display import Display
 
     try:
         report = recovery_handoff(cfg, supervisor=sup, ports=ports)
     except HandoffError as e:
         fail(summary_line(e.report) if e.report is not None else str(e), code=1)
-    err.print(summary_line(report), highlight=False, soft_wrap=True, markup=False)
+    if not watched_by(Display):  # a progress display already shows the handoff's line
+        err.print(summary_line(report), highlight=False, soft_wrap=True, markup=False)
 
 
 def _replaceable(directory: Path, argument: str) -> None:
@@ -115,6 +119,7 @@ def run(config: Path = ConfigArg,
     cfg = _load(config)
     _prefect_defaults()
     from .pipeline import supervisor
+    from .progress_display import progress_display
 
     # SIGTERM (a scheduler, `kill`) must unwind like Ctrl-C so the finally below ends our services.
     signal.signal(signal.SIGTERM, _raise_interrupt)
@@ -122,13 +127,14 @@ def run(config: Path = ConfigArg,
     with contextlib.ExitStack() as stack:
         _lease(stack, cfg.run_dir, list(cfg.gpus), wait)
         try:
-            _recover(cfg, sup)
             from flows.local_server import api_server  # the orchestration layer; the core stays Prefect-free
             from flows.pipeline import eagle3_pipeline
 
-            stack.enter_context(api_server(sup, cfg.run_dir / "logs"))
-            state = eagle3_pipeline(config_path=str(config.resolve()), only=only, from_=from_, force=list(force),
-                                    doctor=doctor, return_state=True)
+            with progress_display():  # live on a terminal, a line at least every 30 s otherwise
+                _recover(cfg, sup)
+                stack.enter_context(api_server(sup, cfg.run_dir / "logs"))
+                state = eagle3_pipeline(config_path=str(config.resolve()), only=only, from_=from_, force=list(force),
+                                        doctor=doctor, return_state=True)
         except KeyboardInterrupt:
             err.print("interrupted: stopping the services this pipeline started")
             raise typer.Exit(130)
@@ -525,6 +531,39 @@ def make_test_drafter(
     except PipelineError as e:
         fail(str(e), code=1)
     out.print(f"[green]drafter[/]: {escape(str(path))} ({'constant' if constant else 'random, untrained'})")
+
+
+@app.command()
+def status(target: Path = typer.Argument(DEFAULT_CONFIG, help="A pipeline config, or the run dir of a run.",
+                                         show_default="configs/tiny-cpu.yaml"),
+           as_json: bool = typer.Option(False, "--json", help="Print JSON instead of lines."),
+           watch: bool = typer.Option(False, "--watch", help="Redraw every --every seconds until the run ends."),
+           every: float = typer.Option(2.0, "--every", min=0.2, help="Seconds between redraws with --watch."),
+           ) -> None:
+    """What a run is doing (from another terminal; no Prefect server needed): phase, progress, ETA,
+    services, last handoff, failures, disk; for an ended run its outcome and the command that resumes it."""
+    from .status import collect, render, resolve
+
+    try:
+        run_dir, config_path = resolve(target)
+    except ConfigError as e:
+        fail(str(e))
+    while True:
+        s = collect(run_dir, config_path)
+        if watch and out.is_terminal and not as_json:
+            out.clear()
+        if as_json:
+            print(json.dumps(s, default=str), flush=True)
+        else:
+            out.print(render(s), markup=False, highlight=False, soft_wrap=True)
+        if not watch or s["status"] != "running":
+            return
+        try:
+            time.sleep(every)
+        except KeyboardInterrupt:
+            return
+        if not as_json and not out.is_terminal:
+            out.print("", markup=False)
 
 
 def main() -> None:

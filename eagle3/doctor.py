@@ -15,7 +15,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from . import procfs
+from . import procfs, progress
 from .config import PipelineConfig, default_aux_layer_ids, num_hidden_layers, remote_binds
 from .errors import CommandFailed, PipelineError
 from .fsio import atomic_write_json, read_json
@@ -297,6 +297,8 @@ def _gb(n: float) -> str:
 def run_doctor(cfg: PipelineConfig, sup: Supervisor | None = None, engines: bool = True) -> list[Check]:
     sup = sup or Supervisor(cfg.run_dir / "state")
     checks: list[Check] = []
+    progress.emit(progress.Event("preflight", progress.START, message="doctor: GPUs, model files, ports, disk, "
+                                 f"layers{', engine probes (seconds each)' if engines else ''}"))
 
     def timed(fn, *args):
         t0 = time.monotonic()
@@ -321,6 +323,9 @@ def run_doctor(cfg: PipelineConfig, sup: Supervisor | None = None, engines: bool
                 timed(check_target_support, cfg, sup, engine)
     timed(check_drafter, cfg)
     atomic_write_json(cfg.run_dir / "doctor" / "report.json", [asdict(c) for c in checks])
+    counts = {s: sum(1 for c in checks if c.status == s) for s in (PASS, WARN, FAIL)}
+    progress.emit(progress.Event("preflight", progress.END, ok=not counts[FAIL],
+                                 message=", ".join(f"{n} {s}" for s, n in counts.items() if n)))
     return checks
 
 

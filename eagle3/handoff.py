@@ -23,11 +23,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from . import procfs, pycache, shm, systemd
+from . import procfs, progress, pycache, shm, systemd
 from .config import PHASES, Handoff, PipelineConfig
 from .errors import HandoffError, PipelineError
 from .fsio import atomic_write_json
 from .gpus import GpuBackend, GpuQueryError, GpuState, NvmlBackend
+from .handoff_view import summary_line
 from .holders import Holder, Ownership, describe_cmd, find_holders, port_holders
 from .services import OWNER_ENV, SERVICE_ENV, Entry, Supervisor, state_dir_for
 from .terminate import end_processes
@@ -123,6 +124,10 @@ def run_handoff(run_dir: Path, settings: Handoff, gpus: list[int] | None, ports:
     report = HandoffReport(label=label, run_dir=str(run_dir), threshold_mib=settings.used_mib_threshold,
                            started_at=datetime.now(timezone.utc).isoformat(timespec="milliseconds"))
     step = _Steps(report)
+    # Quiet: a handoff shows one line when it ends; while it blocks, the heartbeat says so.
+    progress.emit(progress.Event("handoff", progress.START, quiet=True,
+                                 message=f"{label or 'handoff'}: stopping what the pipeline started, proving GPUs and "
+                                         "ports free"))
     sup = supervisor or Supervisor(state_dir_for(run_dir))
     ownership = Ownership.build(sup.registry.token, sup.registry.entries(), settings.protected_process_names)
     own_backend = False
@@ -200,6 +205,8 @@ def run_handoff(run_dir: Path, settings: Handoff, gpus: list[int] | None, ports:
         report.ok = not report.problems
         report.verdict = "GPUs free: next phase may start" if report.ok else "BLOCKED: next phase must not start"
         report.path = str(_write(run_dir, report))
+        progress.emit(progress.Event("handoff", progress.END, ok=report.ok,
+                                     message=summary_line(report).removeprefix("handoff ")))
     if not report.ok:
         raise HandoffError(f"GPU handoff{' ' + label if label else ''} refused: " + "; ".join(report.problems), report)
     return report

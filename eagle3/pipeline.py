@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from . import __version__
+from . import __version__, progress
 from .config import PHASES, PipelineConfig
 from .errors import ConfigError
 from .fsio import atomic_write_json, read_json
@@ -131,19 +131,26 @@ def run_phase(cfg: PipelineConfig, phase: str, sup: Supervisor | None = None, fo
     if force and (force_token is None or marker.get("force_token") != force_token):
         clear_phase(cfg, phase)
     elif is_done(cfg, phase):
+        progress.note(phase, f"already done for this config (output {marker.get('fingerprint')}); skipped")
         return marker
     elif started and started.get("upstream") != upstream:
         # Output (finished or partial) derived from an upstream that has since been redone: stale.
         clear_phase(cfg, phase)
     _marker_path(cfg, phase).unlink(missing_ok=True)
+    resuming = _started_path(cfg, phase).exists()  # an earlier attempt left (partial) output
     atomic_write_json(_started_path(cfg, phase), {"upstream": upstream, "at": time.time()})
     sup = sup or supervisor(cfg)
     module, func = PHASE_FUNCTIONS[phase].split(":")
     fn = getattr(importlib.import_module(module), func)
     kwargs = {"on_progress": on_progress} if "on_progress" in inspect.signature(fn).parameters else {}
     t0 = time.time()
+    progress.emit(progress.Event(phase, progress.START, message="started, resuming what an earlier attempt left"
+                                 if resuming else "started"))
     try:
         summary = fn(cfg, sup, **kwargs)
+    except BaseException as e:
+        progress.emit(progress.Event(phase, progress.END, ok=False, message=progress.error_line(e)))
+        raise
     finally:
         sup.stop_all()  # whatever the phase left running is ours to end
     summary = _jsonable(summary)
@@ -152,6 +159,7 @@ def run_phase(cfg: PipelineConfig, phase: str, sup: Supervisor | None = None, fo
               "force_token": force_token if force else None}
     marker["fingerprint"] = hashlib.sha256(json.dumps(marker, sort_keys=True, default=str).encode()).hexdigest()[:16]
     atomic_write_json(_marker_path(cfg, phase), marker)
+    progress.emit(progress.Event(phase, progress.END, message=f"output {marker['fingerprint']}"))
     return marker
 
 

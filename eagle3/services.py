@@ -517,9 +517,11 @@ class Process:
             sample = lambda: self.sup.gpu_sample(self.spec.gpus)  # noqa: E731
         return Watchdog(self.spec.log, self.spec.hang_timeout_s, sample, self.spec.progress_paths)
 
-    def wait_ready(self, probes: list[Probe], timeout_s: float, poll_s: float = 0.5) -> float:
+    def wait_ready(self, probes: list[Probe], timeout_s: float, poll_s: float = 0.5,
+                   on_wait: Callable[[float], None] | None = None) -> float:
         """Block until every probe passes. Fails fast with the log tail if the process exits,
-        and tears the process down before raising on timeout or hang. Returns seconds waited."""
+        and tears the process down before raising on timeout or hang. Returns seconds waited.
+        `on_wait(seconds waited so far)` is called once per poll while not ready (a heartbeat)."""
         t0 = time.monotonic()
         dog = self._watchdog()
         while True:
@@ -538,6 +540,8 @@ class Process:
                 why = dog.describe()  # before the stop's grace period adds to every duration in it
                 self.stop()
                 raise ServiceHung(f"{self.spec.name} hung during startup: {why}", self.log_tail())
+            if on_wait is not None:
+                on_wait(time.monotonic() - t0)
             time.sleep(poll_s)
 
     def check_alive(self) -> None:

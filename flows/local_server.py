@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Iterator
 
+from eagle3 import progress
 from eagle3.services import HttpProbe, LaunchSpec, Process, Supervisor
 
 STARTUP_TIMEOUT_S = 240.0  # a cold start (database migrations) takes ~25 s on 2 cores
@@ -40,7 +41,8 @@ def start_local_server(sup: Supervisor, log_dir: Path) -> tuple[Process, str]:
     proc = sup.launch(LaunchSpec(name="prefect-server", argv=argv, log=Path(log_dir) / "prefect-server.log",
                                  phase="run", env=env, stop_grace_s=STOP_GRACE_S, scope="run"))
     url = f"http://127.0.0.1:{port}/api"
-    proc.wait_ready([HttpProbe(f"{url}/health")], STARTUP_TIMEOUT_S)
+    what = f"waiting for the run's Prefect server (PID {proc.pid}, port {port})"
+    proc.wait_ready([HttpProbe(f"{url}/health")], STARTUP_TIMEOUT_S, on_wait=lambda s: progress.waiting("run", what, s))
     return proc, url
 
 
@@ -48,16 +50,20 @@ def start_local_server(sup: Supervisor, log_dir: Path) -> tuple[Process, str]:
 def api_server(sup: Supervisor, log_dir: Path) -> Iterator[str]:
     """The Prefect API this run talks to: the configured one (environment or profile), else a
     server of the run's own for the duration of the block (and for the processes it starts)."""
-    from prefect.settings import PREFECT_API_URL, temporary_settings
+    from prefect.context import refresh_global_settings_context
+    from prefect.settings import PREFECT_API_URL
 
     if PREFECT_API_URL.value():
         yield PREFECT_API_URL.value()
         return
     proc, url = start_local_server(sup, log_dir)
+    # The global settings, not a context-local override: Prefect's background threads (log and
+    # event shippers) read them, and without an API URL they would start a server of their own.
     os.environ["PREFECT_API_URL"] = url
+    refresh_global_settings_context()
     try:
-        with temporary_settings(updates={PREFECT_API_URL: url}):
-            yield url
+        yield url
     finally:
         os.environ.pop("PREFECT_API_URL", None)
+        refresh_global_settings_context()
         proc.stop()

@@ -15,6 +15,8 @@ from eagle3.config import PHASES, load_config, remote_binds
 from eagle3.errors import ConfigError
 from eagle3.lease import LeaseBusy, hold
 from eagle3.pipeline import UPSTREAM, is_done, output_fingerprint, select_phases, state_dir, supervisor
+from eagle3.progress_display import unattended_lines
+from eagle3.runstate import recording
 from tasks.handoff import gpu_handoff
 from tasks.phases import phase_task
 from tasks.preflight import preflight
@@ -56,10 +58,13 @@ def result_storage(cfg) -> Path:
 def run_phases(config_path: str, phases: list[str], force: list[str], doctor: bool = True,
                lease_wait_s: float = 0.0) -> dict:
     """Under the run's leases (run dir, GPUs): the start handoff first (it ends what a dead earlier
-    run left), then the doctor, then each phase with a handoff after it."""
+    run left), then the doctor, then each phase with a handoff after it. Recorded for `eagle3 status`
+    (run.json, progress.json) by the lease holder only, with progress lines in the run's log unless a
+    terminal already shows them (`eagle3 run`)."""
     cfg = load_config(config_path)
     with hold(cfg.run_dir, list(cfg.gpus), lease_wait_s):
-        return _run_phases(cfg, config_path, phases, force, doctor)
+        with recording(cfg, config_path, phases), unattended_lines(get_run_logger().info):
+            return _run_phases(cfg, config_path, phases, force, doctor)
 
 
 def _run_phases(cfg, config_path: str, phases: list[str], force: list[str], doctor: bool) -> dict:

@@ -8,7 +8,7 @@ from prefect.artifacts import create_markdown_artifact, create_progress_artifact
 from prefect.runtime import task_run
 
 from eagle3.config import load_config
-from eagle3 import failures
+from eagle3 import failures, progress
 from tasks.bench_artifacts import publish_bench_artifacts
 from eagle3.pipeline import code_version, run_phase, state_dir
 
@@ -41,16 +41,19 @@ def phase_task(config_path: str, phase: str, upstream: str | None = None, force:
     artifact_id = create_progress_artifact(progress=0.0, description=f"{cfg.name}: {phase}")
     last = [-1.0]
 
-    def on_progress(done: int, total: int) -> None:
-        pct = round(100.0 * done / total, 1) if total else 0.0
-        if pct - last[0] >= 1.0 or done == total:  # at most ~100 API calls per phase
+    def on_progress(event: progress.Event) -> None:  # this phase's done/total, as the artifact's percentage
+        if event.phase != phase or event.kind != progress.PROGRESS or not event.total:
+            return
+        pct = round(100.0 * (event.done or 0) / event.total, 1)
+        if pct - last[0] >= 1.0 or event.done == event.total:  # at most ~100 API calls per phase
             update_progress_artifact(artifact_id=artifact_id, progress=pct)
             last[0] = pct
 
     if task_run.run_count > 1:
         logger.info("retry %s of phase %s: resuming from what the previous attempt left", task_run.run_count, phase)
     try:
-        marker = run_phase(cfg, phase, force=force, on_progress=on_progress, force_token=force_token)
+        with progress.subscribed(on_progress):
+            marker = run_phase(cfg, phase, force=force, force_token=force_token)
     except Exception as exc:
         if getattr(exc, "retryable", False) and failures.record(state_dir(cfg), phase, exc):
             exc.repeated = True

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .. import procfs
+from .. import procfs, progress
 from ..config import PipelineConfig, Server
 from ..errors import PipelineError
 from ..services import LaunchSpec, Process, Supervisor
@@ -37,9 +37,12 @@ def start_server(sup: Supervisor, cfg: PipelineConfig, phase: str, engine: str, 
         secrets=[server.api_key.get_secret_value()] if server.api_key else [],
     )
     proc = sup.launch(spec)
+    what = f"waiting for {engine} server readiness (PID {proc.pid}, port {server.port}, budget {server.startup_timeout_s:.0f} s)"
     # The listener check comes last so it runs only once the engine's own probes pass.
-    proc.wait_ready([*adapter.readiness(server, log), OwnListener(server.port, proc.entry.pgid)],
-                    timeout_s=server.startup_timeout_s)
+    waited = proc.wait_ready([*adapter.readiness(server, log), OwnListener(server.port, proc.entry.pgid)],
+                             timeout_s=server.startup_timeout_s,
+                             on_wait=lambda s: progress.waiting(phase, what, s))
+    progress.note(phase, f"{engine} server ready after {waited:.0f} s (PID {proc.pid}, port {server.port})")
     return proc
 
 

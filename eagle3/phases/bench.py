@@ -36,7 +36,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from .. import __version__
+from .. import __version__, progress
 from ..benchmath import best_k, evaluate_gate, gate_error_text, pooled_acceptance, table
 from ..config import PipelineConfig, num_hidden_layers
 from ..engines import benchclient
@@ -47,6 +47,7 @@ from ..engines.speculative import acceptance_source, spec_args
 from ..errors import CommandFailed, ConfigError, GateError, TransientError
 from ..fsio import atomic_write_json, read_json
 from ..openai_client import OpenAIClient, RetryPolicy
+from ..progress import PhaseProgress
 from ..prompts import load_prompts
 from ..report import write_report
 from ..services import LaunchSpec, Process, Supervisor
@@ -290,9 +291,11 @@ def _measure_window(cfg: PipelineConfig, sup: Supervisor, proc: Process, paths: 
 
 def measure_server(cfg: PipelineConfig, sup: Supervisor, label: str, k: int, drafter: str | None,
                    dataset: Path, num_prompts: int, warmup_texts: list[str],
-                   on_window: Callable[[], None] = lambda: None) -> dict:
+                   on_window: Callable[[], None] = lambda: None,
+                   before_window: Callable[[int], None] = lambda concurrency: None) -> dict:
     """Start one server (baseline if k == 0, else with the drafter and k speculative tokens),
-    warm it up, run the load generator once per concurrency, and stop it. Returns its record."""
+    warm it up, run the load generator once per concurrency, and stop it. Returns its record.
+    before_window(concurrency) and on_window() are called around each window (progress)."""
     b = cfg.bench
     paths = BenchPaths.of(cfg)
     extra = spec_args(b.engine, Path(drafter), k) if k else []
@@ -304,9 +307,11 @@ def measure_server(cfg: PipelineConfig, sup: Supervisor, label: str, k: int, dra
         record = {"label": label, "k": k, "startup_s": startup_s, "argv": proc.spec.shown_argv(),
                   "log": str(proc.spec.log), "engine_version": engine_version(url, b.engine, _headers(cfg))}
         at_ready, traffic_at_ready = _snapshot(cfg, url, k)
+        progress.step(PHASE, f"{label}: warm-up ({b.warmup_prompts} requests, not measured)")
         record["warmup"] = _warmup(cfg, url, warmup_texts)
         windows = []
         for c in b.concurrency:
+            before_window(c)
             windows.append(_measure_window(cfg, sup, proc, paths, url, label, k, c, dataset, num_prompts))
             on_window()
         record["windows"] = windows
@@ -375,11 +380,16 @@ def run_bench(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | No
     dataset = write_dataset(paths.dir / f"prompts{ext}", prompts["texts"])
     plan = [("baseline", 0)] + [(f"k={k}", k) for k in b.num_speculative_tokens]
     total, done = len(plan) * len(b.concurrency), [0]
+    prog = PhaseProgress(PHASE, on_progress, unit="windows")
+    prog(0, total)
 
     def tick() -> None:
         done[0] += 1
-        if on_progress:
-            on_progress(done[0], total)
+        prog(done[0], total)
+
+    def announce(label: str, k: int) -> Callable[[int], None]:
+        return lambda c: prog.step(f"window {done[0] + 1}/{total}: {label}, concurrency {c}", window=done[0] + 1,
+                                   k=k, concurrency=c)
 
     runs, handoffs, last_started = [], [], None
     for label, k in plan:
@@ -393,8 +403,10 @@ def run_bench(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | No
             continue
         if last_started is not None:
             handoffs.append(_handoff(cfg, sup, last_started, label))
+        prog.step(f"server {plan.index((label, k)) + 1}/{len(plan)}: {label} ({b.engine}"
+                  + (f", drafter {drafter['path']}" if k else "") + ")")
         run = measure_server(cfg, sup, label, k, drafter["path"] if k else None, dataset, prompts["count"],
-                             prompts["warmup_texts"], on_window=tick)
+                             prompts["warmup_texts"], on_window=tick, before_window=announce(label, k))
         last_started = label
         atomic_write_json(paths.servers / f"{_slug(label)}.json", {"key": key, "run": run})
         runs.append(run)

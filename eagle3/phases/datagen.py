@@ -35,6 +35,7 @@ from ..errors import ConfigError, GateError, TransientError
 from ..fsio import atomic_write_json, read_json
 from ..openai_client import (EndpointConfigError, InvalidResponse, OpenAIClient, RequestRejected, RetriesExhausted,
                              RetryPolicy)
+from ..progress import PhaseProgress
 from ..prompts import Prompt, PromptSet, load_prompts
 from ..services import Process, Supervisor
 from . import ProgressFn, exclusive_phase_dir
@@ -204,17 +205,21 @@ class _Stats:
     completion_tokens: int = 0
     retries: int = 0
     generation_s: float = 0.0
+    t0: float = 0.0  # monotonic start of generation
 
 
 class _Progress:
-    def __init__(self, fn: ProgressFn | None, total: int):
+    def __init__(self, fn: PhaseProgress, total: int):
         self.fn, self.total, self._last = fn, total, 0.0
 
-    def __call__(self, done: int, force: bool = False) -> None:
+    def __call__(self, done: int, force: bool = False, stats: _Stats | None = None) -> None:
         now = time.monotonic()
-        if self.fn and (force or now - self._last >= PROGRESS_EVERY_S):
+        if force or now - self._last >= PROGRESS_EVERY_S:
             self._last = now
-            self.fn(done, self.total)
+            detail = {}
+            if stats is not None and stats.t0 and now > stats.t0:
+                detail = {"tok_s": round(stats.completion_tokens / (now - stats.t0), 1), "failed": stats.failed}
+            self.fn(done, self.total, **detail)
 
 
 async def _generate(cfg: PipelineConfig, url: str, todo: list[Prompt], done_before: int, paths: DatagenPaths,
@@ -234,7 +239,7 @@ async def _generate(cfg: PipelineConfig, url: str, todo: list[Prompt], done_befo
         on_connected(models)
         pending = iter(todo)
         consecutive_failures = 0
-        t0 = time.monotonic()
+        t0 = stats.t0 = time.monotonic()
 
         with AppendLog(paths.samples, d.fsync_every) as out, AppendLog(paths.failures, 1) as failures:
             def fail(prompt: Prompt, err: Exception, status: int | None, attempts: int, transient: bool) -> None:
@@ -268,7 +273,7 @@ async def _generate(cfg: PipelineConfig, url: str, todo: list[Prompt], done_befo
                         stats.new += 1
                         stats.prompt_tokens += result.prompt_tokens
                         stats.completion_tokens += result.completion_tokens
-                    progress(done_before + stats.new + stats.failed)
+                    progress(done_before + stats.new + stats.failed, stats=stats)
 
             async def watch_server() -> None:
                 while True:
@@ -347,7 +352,8 @@ def _run_locked(cfg: PipelineConfig, sup: Supervisor | None, paths: DatagenPaths
     done_ids = {row.get("id") for row in recover(paths.samples)} & wanted
     recover(paths.failures)
     todo = [p for p in prompts.prompts if p.id not in done_ids]
-    progress = _Progress(on_progress, len(prompts.prompts))
+    report = PhaseProgress(PHASE, on_progress, unit="samples")
+    progress = _Progress(report, len(prompts.prompts))
     progress(len(done_ids), force=True)
     stats = _Stats()
     endpoint, model = base_url or server_url(d.server), cfg.target.served_name
@@ -359,6 +365,8 @@ def _run_locked(cfg: PipelineConfig, sup: Supervisor | None, paths: DatagenPaths
             if sup is None:
                 raise ValueError("run_datagen needs a Supervisor to start its server (or a base_url)")
             proc = start_server(sup, cfg, PHASE, d.engine, d.server)
+        report.step(f"generating {len(todo)} of {len(prompts.prompts)} samples at {endpoint} "
+                    f"(concurrency {d.concurrency})")
         try:
             _run(_generate(cfg, endpoint, todo, len(done_ids), paths, progress, proc,
                            lambda models: _write_manifest(paths, cfg, prompts, settings, endpoint, models), stats))
@@ -367,7 +375,7 @@ def _run_locked(cfg: PipelineConfig, sup: Supervisor | None, paths: DatagenPaths
                 proc.stop()
 
     samples = len(done_ids) + stats.new
-    progress(samples + stats.failed, force=True)
+    progress(samples + stats.failed, force=True, stats=stats)
     summary = DatagenSummary(
         samples=samples, total=len(prompts.prompts), new_samples=stats.new, resumed=len(done_ids),
         failed=stats.failed, invalid_prompts=len(prompts.problems), prompt_tokens=stats.prompt_tokens,

@@ -26,6 +26,7 @@ Resume: valid hs files are kept untouched; only missing and invalid ones are (re
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -36,12 +37,14 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from .. import progress
 from ..config import PipelineConfig
 from ..engines import hidden_states as hs_server
 from ..engines import speculators as spec_cli
 from ..engines.serving import base_url, start_server
 from ..errors import ConfigError, GateError, PipelineError, TransientError
 from ..fsio import atomic_write_json, read_json
+from ..progress import PhaseProgress
 from ..services import LaunchSpec, Process, Supervisor, StopOutcome, stop_entry
 from . import ProgressFn, exclusive_phase_dir
 from .extract_disk import DiskSpaceError, bytes_per_token, check_disk, estimate_from_samples, exact_estimate
@@ -209,6 +212,7 @@ def _prepare(cfg: PipelineConfig, sup: Supervisor, server: Process, paths: Extra
     argv = spec_cli.prepare_data_argv(cfg.engines.speculators, cfg.target.model, samples, paths.prepared_partial,
                                       cfg.extract.seq_length, base_url(cfg.extract.server), workers=workers,
                                       trust_remote_code=cfg.target.trust_remote_code)
+    progress.step(PHASE, f"speculators prepare-data: tokenising {samples.name} through the server's render endpoint")
     _run_against(sup, server, _command(cfg, paths, "prepare-data", argv))
     if not any(paths.prepared_partial.glob("*.arrow")):
         raise GateError(f"speculators prepare-data wrote no dataset to {paths.prepared_partial} "
@@ -221,6 +225,7 @@ def _index(cfg: PipelineConfig, sup: Supervisor, paths: ExtractPaths) -> Prepare
         script = hs_server.ENGINE_SIDE_DIR / "index_prepared.py"
         argv = [*cfg.engines.speculators.python_argv(), str(script), "--data", str(paths.prepared),
                 "--out", str(paths.index)]
+        progress.step(PHASE, "indexing the prepared data")
         sup.run(_command(cfg, paths, "index-prepared", argv))
     try:
         return PreparedIndex.from_dict(json.loads(paths.index.read_text()))
@@ -230,10 +235,14 @@ def _index(cfg: PipelineConfig, sup: Supervisor, paths: ExtractPaths) -> Prepare
 
 
 class _ProgressWatcher:
-    """Counts finished hs files while the client runs (a listdir per second) and reports them."""
+    """Counts finished hs files while the client runs (a listdir per second) and reports them with
+    the bytes they hold (each file is stat'ed once: it appears complete, by rename) and the free
+    space left on their filesystem."""
 
-    def __init__(self, directory: Path, total: int, fn: ProgressFn | None):
-        self.directory, self.total, self.fn = directory, total, fn
+    def __init__(self, directory: Path, total: int, fn: PhaseProgress, expected_bytes: int | None = None):
+        self.directory, self.total, self.fn, self.expected = directory, total, fn, expected_bytes
+        self._sizes: dict[str, int] = {}
+        self._bytes = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="extract-progress", daemon=True)
 
@@ -242,36 +251,48 @@ class _ProgressWatcher:
             names = os.listdir(self.directory)
         except OSError:
             return 0
-        return sum(1 for n in names if (m := HS_NAME.match(n)) and int(m.group(1)) < self.total)
+        done = [n for n in names if (m := HS_NAME.match(n)) and int(m.group(1)) < self.total]
+        for name in done:
+            if name not in self._sizes:
+                with contextlib.suppress(OSError):
+                    self._sizes[name] = (self.directory / name).stat().st_size
+                    self._bytes += self._sizes[name]
+        return len(done)
+
+    def _report(self, done: int) -> None:
+        try:
+            free = shutil.disk_usage(self.directory).free
+        except OSError:
+            free = None
+        self.fn(done, self.total, bytes_written=self._bytes, bytes_expected=self.expected, disk_free=free)
 
     def _loop(self) -> None:
         last = -1
         while not self._stop.wait(1.0):
             done = self.count()
             if done != last:
-                self.fn(done, self.total)
+                self._report(done)
                 last = done
 
     def __enter__(self):
-        if self.fn is not None:
-            self.fn(self.count(), self.total)
-            self._thread.start()
+        self._report(self.count())
+        self._thread.start()
         return self
 
     def __exit__(self, *exc):
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join()
-        if self.fn is not None:
-            self.fn(self.count(), self.total)
+        self._report(self.count())
 
 
 def _generate(cfg: PipelineConfig, sup: Supervisor, server: Process, paths: ExtractPaths, total: int,
-              on_progress: ProgressFn | None) -> None:
+              report: PhaseProgress, expected_bytes: int) -> None:
     argv = spec_cli.generate_offline_data_argv(cfg.engines.speculators, base_url(cfg.extract.server) + "/v1",
                                                paths.prepared, paths.hidden_states, cfg.extract.concurrency,
                                                served_name=cfg.target.served_name)
-    with _ProgressWatcher(paths.hidden_states, total, on_progress):
+    report.step(f"speculators generate-offline-data: writing hidden states (concurrency {cfg.extract.concurrency})")
+    with _ProgressWatcher(paths.hidden_states, total, report, expected_bytes):
         _run_against(sup, server, _command(cfg, paths, "generate-offline-data", argv))
 
 
@@ -319,11 +340,12 @@ def run_extract(cfg: PipelineConfig, sup: Supervisor | None = None, on_progress:
             from ..pipeline import supervisor
 
             sup = supervisor(cfg)
-        return _run_locked(cfg, sup, paths, plan, samples, on_progress, force, t0)
+        report = PhaseProgress(PHASE, on_progress, unit="samples")
+        return _run_locked(cfg, sup, paths, plan, samples, report, force, t0)
 
 
 def _run_locked(cfg: PipelineConfig, sup: Supervisor, paths: ExtractPaths, plan: LayerPlan, samples: Path,
-                on_progress: ProgressFn | None, force: bool, t0: float) -> ExtractSummary:
+                report: PhaseProgress, force: bool, t0: float) -> ExtractSummary:
     dtype = extraction_dtype(cfg)
     per_token = bytes_per_token(len(plan.layer_ids), plan.hidden_size, DTYPE_BYTES[dtype])
     settings = content_settings(cfg, plan, dtype, samples)
@@ -375,12 +397,12 @@ def _run_locked(cfg: PipelineConfig, sup: Supervisor, paths: ExtractPaths, plan:
             log.info("extract: %d of %d hidden-state files to write (%d valid kept, %d invalid redone)",
                      missing, index.num_samples, len(before.valid), len(before.invalid))
             try:
-                _generate(cfg, sup, ensure_server(), paths, index.num_samples, on_progress)
+                _generate(cfg, sup, ensure_server(), paths, index.num_samples, report, exact.bytes)
             except PipelineError as e:
                 _raise_if_disk_full(paths, exact, e)
                 raise
-        elif on_progress is not None:
-            on_progress(index.num_samples, index.num_samples)
+        else:
+            report(index.num_samples, index.num_samples, bytes_written=sum(b for b, _ in before.valid.values()))
     finally:
         if server is not None:
             server.stop()

@@ -37,10 +37,12 @@ from ..engines.drafter_formats import ENGINE_CONVENTION, LAYER_INPUT
 from ..engines.speculators import train_argv
 from ..errors import CommandFailed, ConfigError, GateError, PipelineError, TransientError
 from ..fsio import atomic_write_json, fsync_dir, read_json
+from ..progress import PhaseProgress
 from ..services import LaunchSpec, Supervisor
 from ..train_resume import INTERRUPTED, checkpoint_freq_allows_resume, finished_checkpoint, prepare_resume
 from . import ProgressFn
 from .extract_manifest import ExtractManifest, manifest_path, read_extract_manifest
+from .train_log import follow_training
 
 PHASE = "train"
 MANIFEST_SCHEMA = 1
@@ -111,21 +113,25 @@ def build_argv(cfg: PipelineConfig, ext: ExtractManifest, save_path: Path, dry_r
         extra_args=extra)
 
 
-def _launch(cfg: PipelineConfig, sup: Supervisor, argv: list[str], paths: TrainPaths) -> None:
+def _launch(cfg: PipelineConfig, sup: Supervisor, argv: list[str], paths: TrainPaths, prog: PhaseProgress) -> None:
     env = cfg.engines.speculators
     spec = LaunchSpec(name="train-speculators", argv=argv, log=paths.log, phase=PHASE,
                       env={**env.env, "COLUMNS": "240"},  # rich wraps the trainer's log at the terminal width
                       cwd=paths.dir, gpus=list(cfg.gpus), stop_grace_s=cfg.train.stop_grace_s,
                       hang_timeout_s=cfg.train.hang_timeout_s,
                       progress_paths=[paths.dir])  # checkpoints written count as progress, not only log lines
-    sup.run(spec)
+    paths.log.parent.mkdir(parents=True, exist_ok=True)
+    with follow_training(paths.log, cfg.train.epochs, prog):
+        sup.run(spec)
 
 
-def _dry_run(cfg: PipelineConfig, sup: Supervisor, ext: ExtractManifest, paths: TrainPaths) -> Path:
+def _dry_run(cfg: PipelineConfig, sup: Supervisor, ext: ExtractManifest, paths: TrainPaths,
+             prog: PhaseProgress) -> Path:
     """Write the untrained checkpoint into a scratch dir, then rename it into place."""
     staging = paths.dir / f".dry-run-{uuid.uuid4().hex[:8]}"
+    prog.step("speculators train --dry-run (no accelerator): writing an initialised, UNTRAINED checkpoint")
     try:
-        _launch(cfg, sup, build_argv(cfg, ext, staging, dry_run=True), paths)
+        _launch(cfg, sup, build_argv(cfg, ext, staging, dry_run=True), paths, prog)
         if not (staging / "config.json").is_file() or not (staging / "model.safetensors").is_file():
             raise PipelineError(f"speculators train --dry-run exited 0 without writing config.json and "
                                 f"model.safetensors into {staging}; see {paths.log}")
@@ -140,15 +146,18 @@ def _dry_run(cfg: PipelineConfig, sup: Supervisor, ext: ExtractManifest, paths: 
     return paths.dry_run
 
 
-def _train(cfg: PipelineConfig, sup: Supervisor, ext: ExtractManifest, paths: TrainPaths) -> tuple[Path, dict]:
+def _train(cfg: PipelineConfig, sup: Supervisor, ext: ExtractManifest, paths: TrainPaths,
+           prog: PhaseProgress) -> tuple[Path, dict]:
     save = paths.checkpoints
     save.mkdir(parents=True, exist_ok=True)
     plan = prepare_resume(save, step_known=checkpoint_freq_allows_resume(list(cfg.train.extra_args)))
     resume = plan.to_dict()
     done = finished_checkpoint(save, cfg.train.epochs)
     if done is None:
+        prog.step(f"speculators train: {cfg.train.epochs} epoch(s) on {max(1, len(cfg.gpus))} process(es)"
+                  + (f", resuming from {plan.latest.path}" if plan.latest else ""))
         try:
-            _launch(cfg, sup, build_argv(cfg, ext, save, dry_run=False), paths)
+            _launch(cfg, sup, build_argv(cfg, ext, save, dry_run=False), paths, prog)
         except CommandFailed as e:
             if (save / INTERRUPTED).is_dir():
                 raise TrainingStopped(f"training was stopped (exit code {e.returncode}); its interrupt checkpoint "
@@ -181,6 +190,7 @@ def gate_for_engine(cfg: PipelineConfig, source: Path, engine: str, aux_vllm: li
 
 
 def run_train(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | None = None) -> dict:
+    prog = PhaseProgress(PHASE, on_progress, unit="epochs")
     paths = TrainPaths.of(cfg)
     ext = read_extract_manifest(cfg)
     dry = use_dry_run(cfg)
@@ -188,14 +198,15 @@ def run_train(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | No
     paths.dir.mkdir(parents=True, exist_ok=True)
     paths.manifest.unlink(missing_ok=True)  # a manifest always describes the checkpoint beside it
     total = cfg.train.epochs
-    if on_progress:
-        on_progress(0, total)
+    if not dry:  # a dry run trains no epoch: its progress is the step it runs
+        prog(0, total)
     t0 = time.time()
     if dry:
-        source, resume = _dry_run(cfg, sup, ext, paths), {"resume_from": None, "actions": [],
-                                                           "epochs_completed": 0, "global_step": 0}
+        source, resume = _dry_run(cfg, sup, ext, paths, prog), {"resume_from": None, "actions": [],
+                                                                   "epochs_completed": 0, "global_step": 0}
     else:
-        source, resume = _train(cfg, sup, ext, paths)
+        source, resume = _train(cfg, sup, ext, paths, prog)
+    prog.step(f"checkpoint gate for {engine}")
     served, report = gate_for_engine(cfg, source, engine, list(ext.target_layer_ids), paths)
     if not report.ok:
         raise GateError(f"the {'dry-run' if dry else 'trained'} drafter fails the {engine} checkpoint gate "
@@ -213,8 +224,8 @@ def run_train(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | No
         "created_at": time.time(),
     }
     atomic_write_json(paths.manifest, manifest)
-    if on_progress:
-        on_progress(manifest["epochs_completed"] if not dry else 0, total)
+    if not dry:
+        prog(manifest["epochs_completed"], total)
     return manifest
 
 

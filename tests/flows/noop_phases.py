@@ -7,7 +7,9 @@ Each phase writes a small real output into its phase dir and appends one line pe
 Per-run-dir knobs in <run_dir>/knobs.json change behaviour:
   {"sleep": {"bench": 3},                 seconds to sleep in that phase
    "fail_once": {"train": "transient"},   first call raises TransientError ("transient") or GateError ("gate")
-   "child": ["datagen"]}                  launch a supervised `sleep 600` and block until killed
+   "child": ["datagen"],                  launch a supervised `sleep 600` and block until killed
+   "ticks": {"extract": [8, 0.5]},        report progress i/8 (with details) every 0.5 s before finishing
+   "service": ["extract"]}                launch a supervised `sleep 600` first (ended with the phase)
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 import yaml
 
 from eagle3.errors import GateError, TransientError
+from eagle3.progress import PhaseProgress
 from eagle3.services import LaunchSpec
 
 TINY_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "tiny-cpu.yaml"
@@ -110,10 +113,17 @@ def _phase(phase: str, cfg, sup, on_progress=None) -> dict:
                                                     "start_ticks": proc.entry.start_ticks}))
         while True:  # until the run is cancelled
             time.sleep(0.2)
+    if phase in knobs.get("service", []):
+        proc = sup.launch(LaunchSpec(name=f"{phase}-standin-server", argv=["sleep", "600"], log=out / "service.log",
+                                     phase=phase))
+        (out / "service.json").write_text(json.dumps({"pid": proc.pid, "start_ticks": proc.entry.start_ticks}))
     if knobs.get("sleep", {}).get(phase):
         time.sleep(float(knobs["sleep"][phase]))
-    if on_progress:
-        on_progress(1, 1)
+    report = PhaseProgress(phase, on_progress, unit="items")
+    n, every = knobs.get("ticks", {}).get(phase, (1, 0.0))
+    for i in range(1, int(n) + 1):
+        time.sleep(float(every))
+        report(i, int(n), tok_s=10.0 * i)
     (out / "output.txt").write_text(f"{phase} output of call {n} (pid {os.getpid()})\n")
     return {"calls": n, "output": str(out / "output.txt")}
 

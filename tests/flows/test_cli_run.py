@@ -36,6 +36,8 @@ def test_eagle3_run_on_the_embedded_server(tmp_path):
         end_session_leftovers(home)
     assert not left, f"processes of the run outlived `eagle3 run`: {left}"
     assert res.returncode == 0, f"rc {res.returncode} after {took:.0f} s:\n{res.stdout[-3000:]}\n{res.stderr[-4000:]}"
+    # One Prefect server, the run's own (registered, ended with the run); Prefect starts none of its own.
+    assert "Starting temporary server" not in res.stdout + res.stderr
     for phase in PHASES:
         assert f"done {phase}" in res.stdout
     assert counts(run_dir) == dict.fromkeys(PHASES, 1)

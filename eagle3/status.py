@@ -1,0 +1,193 @@
+"""`eagle3 status`: what a run is doing, read from its run dir alone (no Prefect server needed).
+
+Sources, all written atomically by the run: state/run.json and state/progress.json (runstate.py),
+the service registry state/services.json (each PID checked alive and still ours by its start
+ticks), handoffs/*.json (the last handoff's verdict), state/failures.json (retries so far), the
+phases' DONE markers, the extraction's summary, and the run's lease holder. Nothing is written.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from datetime import datetime
+from pathlib import Path
+
+from . import lease, procfs
+from .config import PHASES, load_config
+from .errors import ConfigError
+from .fsio import read_json
+from .handoff import REPORTS_DIRNAME
+from .progress import PhaseView, describe, eta_left, fmt_bytes, fmt_duration
+from .runstate import progress_file, run_file
+from .services import Entry, state_dir_for
+
+
+def resolve(target: Path) -> tuple[Path, str | None]:
+    """(run dir, config path) from either a config file or a run dir that recorded its config."""
+    target = Path(target)
+    if target.is_dir():
+        record = read_json(run_file(target))
+        if record is None:
+            raise ConfigError(f"{target}: not a run dir of this pack (no {run_file(target).relative_to(target)}); "
+                              "give the pipeline config instead, or the run_dir it names")
+        return target.resolve(), record.get("config_path")
+    if not target.is_file():
+        raise ConfigError(f"{target}: no such config file or run dir")
+    cfg = load_config(target, check_files=False)
+    return cfg.run_dir, str(target.resolve())
+
+
+def _process_state(pid: int | None, start_ticks: int | None) -> str:
+    info = procfs.read_stat(pid) if pid else None
+    if info is None or info.zombie:
+        return "gone"
+    if start_ticks and info.start_ticks != start_ticks:
+        return "gone (PID reused by another process)"
+    return "alive"
+
+
+def _services(run_dir: Path, now: float) -> list[dict]:
+    out = []
+    for raw in read_json(state_dir_for(run_dir) / "services.json", default=[]):
+        e = Entry(**raw)
+        ours = e.is_leader_alive_and_ours()
+        out.append({"name": e.name, "phase": e.phase, "pid": e.pid, "gpus": e.gpus, "log": e.log,
+                    "uptime_s": round(now - e.started_at, 1) if e.started_at else None,
+                    "state": {True: "alive", False: "gone (PID reused by another process)", None: "gone"}[ours]})
+    return out
+
+
+def _last_handoff(run_dir: Path) -> dict | None:
+    reports = sorted((Path(run_dir) / REPORTS_DIRNAME).glob("*.json"))  # names start with a UTC timestamp
+    for path in reversed(reports):
+        r = read_json(path)
+        if r:
+            return {"label": r.get("label"), "ok": r.get("ok"), "verdict": r.get("verdict"),
+                    "seconds": r.get("seconds"), "at": r.get("started_at"), "problems": r.get("problems", []),
+                    "path": str(path)}
+    return None
+
+
+def _hidden_states(run_dir: Path, views: dict[str, PhaseView]) -> dict:
+    v = views.get("extract")
+    written = expected = None
+    if v is not None:
+        written, expected = v.detail.get("bytes_written"), v.detail.get("bytes_expected")
+    if written is None:
+        written = (read_json(Path(run_dir) / "extract" / "summary.json") or {}).get("total_bytes")
+    where = Path(run_dir)
+    while not where.exists():
+        where = where.parent
+    return {"bytes_written": written, "bytes_expected": expected, "disk_free": shutil.disk_usage(where).free,
+            "filesystem_of": str(where)}
+
+
+def _phase_info(phase: str, v: PhaseView | None, marker: dict | None, status: str, now: float) -> dict:
+    if v is None:
+        line = f"done in an earlier run, output {marker.get('fingerprint')}" if marker else "not started"
+    elif v.finished_at is None and status != "running":
+        # What it had reached when the run stopped: no rate, ETA or activity of a process that is gone.
+        stopped = PhaseView.from_dict(v.to_dict() | {"rate": None, "eta_s": None, "activity": "", "waiting": False})
+        line = f"stopped ({status}) at: {describe(stopped, now)}"
+    else:
+        line = describe(v, now)
+    return {"done": marker is not None, "output": marker.get("fingerprint") if marker else None,
+            "view": v.to_dict() if v else None, "line": line}
+
+
+def collect(run_dir: Path, config_path: str | None = None, now: float | None = None) -> dict:
+    now = time.time() if now is None else now
+    run_dir = Path(run_dir)
+    state = state_dir_for(run_dir)
+    record = read_json(run_file(run_dir))
+    prog = read_json(progress_file(run_dir)) or {}
+    views = {k: PhaseView.from_dict(v) for k, v in (prog.get("phases") or {}).items()}
+    status = record.get("status", "unknown") if record else "not started"
+    process = _process_state(record.get("pid"), record.get("start_ticks")) if record else None
+    if status == "running" and process != "alive":
+        status = "died"  # SIGKILL, OOM killer, power loss: it never got to record an outcome
+    running = [p for p in PHASES if p in views and views[p].finished_at is None]
+    phases = {p: _phase_info(p, views.get(p), read_json(state / f"{p}.done.json"), status, now) for p in PHASES}
+    current = running[-1] if running and status == "running" else None
+    report = run_dir / "bench" / "report.md"
+    return {
+        "run_dir": str(run_dir), "config_path": (record or {}).get("config_path") or config_path,
+        "name": (record or {}).get("name"), "status": status, "process": process,
+        "pid": (record or {}).get("pid"), "host": (record or {}).get("host"), "command": (record or {}).get("command"),
+        "started_at": (record or {}).get("started_at"), "finished_at": (record or {}).get("finished_at"),
+        "error": (record or {}).get("error"), "failed_phase": (record or {}).get("phase"),
+        "resume": (record or {}).get("resume"), "lease": lease.lease_holder(run_dir),
+        "current_phase": current, "current_since": views[current].started_at if current else None,
+        "eta_s": eta_left(views[current], now) if current else None, "phases_run": (record or {}).get("phases"),
+        "activity": (views.get(prog.get("current")).to_dict() if prog.get("current") in views else None),
+        "progress_updated_at": prog.get("updated_at"), "phases": phases, "services": _services(run_dir, now),
+        "last_handoff": _last_handoff(run_dir), "failures": read_json(state / "failures.json", default={}),
+        "hidden_states": _hidden_states(run_dir, views), "report": str(report) if report.exists() else None,
+        "now": now,
+    }
+
+
+def _timestamp(iso: str | None) -> float | None:
+    try:
+        return datetime.fromisoformat(iso).timestamp() if iso else None
+    except ValueError:
+        return None
+
+
+def _ago(t: float | None, now: float) -> str:
+    return "?" if t is None else f"{fmt_duration(now - t)} ago ({time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(t))})"
+
+
+def render(s: dict) -> str:
+    """The status as aligned lines for a person."""
+    now = s["now"]
+    rows: list[tuple[str, str]] = [("run", f"{s['name'] or '?'}  run dir {s['run_dir']}  config {s['config_path']}")]
+    state = s["status"].upper()
+    if s["status"] == "running":
+        state += f" for {fmt_duration(now - s['started_at'])}, PID {s['pid']} on {s['host']}: {s['command']}"
+    elif s["status"] == "died":
+        state += (f": PID {s['pid']} that ran it is {s['process']}, without recording an outcome (killed or "
+                  "crashed); the services it left are stopped by the next run's handoff")
+    elif s["finished_at"]:
+        state += f" {_ago(s['finished_at'], now)}"
+    rows.append(("state", state))
+    rows.append(("held by", lease.describe(s["lease"]) if s["lease"] else "nobody (the run dir's lease is free)"))
+    if s["current_phase"]:
+        order = s["phases_run"] or list(PHASES)
+        nth = f" ({order.index(s['current_phase']) + 1} of {len(order)})" if s["current_phase"] in order else ""
+        rows.append(("phase", f"{s['current_phase']}{nth}, running for {fmt_duration(now - s['current_since'])}"
+                              + (f", ETA {fmt_duration(s['eta_s'])}" if s["eta_s"] is not None and s["eta_s"] >= 0
+                                 else "")))
+    act = s["activity"]
+    if act and act["phase"] not in PHASES and act["finished_at"] is None and s["status"] == "running":
+        rows.append(("now", f"{act['phase']}: {describe(PhaseView.from_dict(act), now)}"))
+    if s["progress_updated_at"] and s["status"] == "running":
+        rows.append(("updated", _ago(s["progress_updated_at"], now)))
+    for p, info in s["phases"].items():
+        rows.append((p, info["line"]))
+    for svc in s["services"] or [None]:
+        rows.append(("services", "none registered") if svc is None else (
+            "service", f"{svc['name']} PID {svc['pid']} {svc['state']}, GPUs {svc['gpus'] or '-'}, "
+                       f"up {fmt_duration(svc['uptime_s'])}, log {svc['log']}"))
+    h = s["last_handoff"]
+    if h:
+        rows.append(("handoff", f"{h['label']}: {h['verdict']} (took {h['seconds']} s), {_ago(_timestamp(h['at']), now)}"
+                                + (f"; {'; '.join(h['problems'])}" if h["problems"] else "")))
+    for phase, history in (s["failures"] or {}).items():
+        last = history[-1] if history else {}
+        rows.append(("failures", f"{phase}: {len(history)} so far, last {_ago(last.get('at'), now)}: {last.get('message')}"))
+    hs = s["hidden_states"]
+    if hs["bytes_written"] is not None:
+        of = f" of {fmt_bytes(hs['bytes_expected'])}" if hs["bytes_expected"] else ""
+        rows.append(("hidden states", f"{fmt_bytes(hs['bytes_written'])}{of} written; {fmt_bytes(hs['disk_free'])} free"))
+    else:
+        rows.append(("disk", f"{fmt_bytes(hs['disk_free'])} free on the filesystem of {hs['filesystem_of']}"))
+    if s["status"] in ("failed", "died", "interrupted"):
+        if s["error"]:
+            rows.append(("error", f"{s['failed_phase'] or '?'}: {s['error']}"))
+        rows.append(("resume", f"{s['resume']}   (finished phases are skipped)"))
+    if s["report"]:
+        rows.append(("report", s["report"]))
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)

@@ -1,0 +1,122 @@
+"""`eagle3 status` (the real command, from another process) on a run recorded by eagle3.runstate:
+in progress with a stand-in service launched through the Supervisor, failed, killed, and --watch."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from eagle3 import lease, progress
+from eagle3.config import PHASES
+from eagle3.errors import GateError
+from eagle3.pipeline import supervisor
+from eagle3.progress import END, PROGRESS, START, Event
+from eagle3.runstate import recording, run_file
+from eagle3.services import LaunchSpec
+from tests.procutil import PY, SLEEP
+
+EAGLE3 = str(Path(sys.executable).parent / "eagle3")
+
+
+def status(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([EAGLE3, "status", *map(str, args)], capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL)
+
+
+def row(out: str, key: str) -> str:
+    """The value of the `key` row of the status lines."""
+    found = [line[len(key):].strip() for line in out.splitlines() if line.startswith(key + " ")]
+    assert len(found) == 1, f"no single {key!r} row in:\n{out}"
+    return found[0]
+
+
+def status_json(target) -> dict:
+    res = status(target, "--json")
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)
+
+
+def test_a_run_in_progress_then_failed(tmp_path, make_config):
+    cfg = make_config(check_files=False)
+    config = tmp_path / "config.yaml"
+    sup = supervisor(cfg)
+    now = time.time()
+    proc = None
+    with pytest.raises(GateError):
+        with lease.hold(cfg.run_dir), recording(cfg, str(config), list(PHASES)) as sink:
+            progress.emit(Event("datagen", START, at=now - 30))
+            progress.emit(Event("datagen", PROGRESS, done=10, total=64, unit="samples", at=now - 10))
+            progress.emit(Event("datagen", PROGRESS, done=30, total=64, unit="samples", detail={"tok_s": 99.5},
+                                at=now))  # 2 samples/s: ETA 17 s, counting down from here
+            sink.flush()
+            proc = sup.launch(LaunchSpec(name="datagen-vllm-server", argv=[PY, "-c", SLEEP], phase="datagen",
+                                         log=cfg.phase_dir("datagen") / "logs" / "server.log"))
+            try:
+                text = status(config)
+                assert text.returncode == 0, text.stderr
+                out = text.stdout
+                assert row(out, "state").startswith("RUNNING for ")
+                assert row(out, "held by").startswith(f"PID {os.getpid()} (")
+                assert row(out, "service").startswith(f"datagen-vllm-server PID {proc.pid} alive, GPUs -, up ")
+                assert re.fullmatch(r"datagen \(1 of 4\), running for 3\d s, ETA 1[0-7] s", row(out, "phase"))
+                assert re.fullmatch(r"30/64 samples \(47%\), 2.00 samples/s, ETA 1[0-7] s; 99.5 tok/s", row(out, "datagen"))
+                s = status_json(cfg.run_dir)  # a run dir works as well as the config
+                assert s["status"] == "running" and s["current_phase"] == "datagen"
+                assert 8 < s["eta_s"] <= 17
+                assert [(v["name"], v["pid"], v["state"]) for v in s["services"]] == \
+                       [("datagen-vllm-server", proc.pid, "alive")]
+                assert s["config_path"] == str(config) and "resume" not in out
+            finally:
+                proc.stop(1)
+            progress.emit(Event("datagen", END, ok=False, message="GateError: 9 of 64 prompts have no sample"))
+            raise GateError("9 of 64 prompts have no sample")
+    out = status(cfg.run_dir).stdout
+    assert row(out, "state").startswith("FAILED ")
+    assert row(out, "error") == "datagen: GateError: 9 of 64 prompts have no sample"
+    assert row(out, "resume") == f"eagle3 run {config}   (finished phases are skipped)"
+    assert row(out, "datagen").startswith("FAILED in ")
+    s = status_json(config)
+    assert (s["status"], s["failed_phase"], s["services"], s["lease"]) == ("failed", "datagen", [], None)
+
+
+def test_a_run_whose_process_was_killed_is_reported_dead(tmp_path, make_config):
+    cfg = make_config(check_files=False)
+    gone = subprocess.run([PY, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    run_file(cfg.run_dir).parent.mkdir(parents=True)
+    run_file(cfg.run_dir).write_text(json.dumps({
+        "name": cfg.name, "config_path": str(tmp_path / "config.yaml"), "phases": list(PHASES), "status": "running",
+        "pid": int(gone.stdout), "start_ticks": 1, "started_at": time.time() - 60,
+        "resume": f"eagle3 run {tmp_path / 'config.yaml'}"}))
+    out = status(cfg.run_dir).stdout
+    assert row(out, "state").startswith("DIED: PID ") and "without recording an outcome" in out
+    assert row(out, "resume").startswith(f"eagle3 run {tmp_path / 'config.yaml'}")
+
+
+def test_bad_targets_exit_2_naming_them(tmp_path):
+    res = status(tmp_path / "missing.yaml")
+    assert res.returncode == 2 and "missing.yaml: no such config file or run dir" in res.stderr
+    res = status(tmp_path)
+    assert res.returncode == 2 and "not a run dir of this pack" in res.stderr
+
+
+def test_watch_redraws_until_the_run_ends(tmp_path, make_config):
+    cfg = make_config(check_files=False)
+    with recording(cfg, str(tmp_path / "config.yaml"), ["bench"]):
+        progress.emit(Event("bench", START))
+        progress.emit(Event("bench", PROGRESS, done=1, total=6, unit="windows"))
+        watcher = subprocess.Popen([EAGLE3, "status", str(cfg.run_dir), "--watch", "--every", "0.3", "--json"],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(3)  # the command's own start-up (imports) takes ~1-2 s here
+        assert watcher.poll() is None, watcher.communicate()
+    out, err = watcher.communicate(timeout=30)
+    frames = [json.loads(line) for line in out.splitlines()]
+    assert watcher.returncode == 0, err
+    assert frames[0]["status"] == "running" and frames[-1]["status"] == "completed" and len(frames) >= 2
+    assert frames[-1]["resume"] == f"eagle3 run {tmp_path / 'config.yaml'} --only bench"
