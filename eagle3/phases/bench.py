@@ -162,8 +162,8 @@ def held_out_prompts(cfg: PipelineConfig) -> dict:
 # ---- one server ----------------------------------------------------------------------------------
 
 def _headers(cfg: PipelineConfig) -> dict[str, str]:
-    key = cfg.bench.server.api_key
-    return {"Authorization": f"Bearer {key.get_secret_value()}"} if key else {}
+    key = cfg.bench.server.key("bench.server")
+    return {"Authorization": f"Bearer {key}"} if key else {}
 
 
 def _snapshot(cfg: PipelineConfig, url: str, k: int) -> tuple[SpecCounters | None, Traffic | None]:
@@ -197,7 +197,7 @@ def _warmup(cfg: PipelineConfig, url: str, texts: list[str]) -> dict:
     todo = [texts[i % len(texts)] for i in range(b.warmup_prompts)]
     if not todo:
         return {"requests": 0, "seconds": 0.0}
-    key = b.server.api_key.get_secret_value() if b.server.api_key else None
+    key = b.server.key("bench.server")
 
     async def go() -> None:
         async with OpenAIClient(url, api_key=key, max_connections=max(b.concurrency),
@@ -232,8 +232,9 @@ def _run_client(cfg: PipelineConfig, sup: Supervisor, proc: Process, paths: Benc
                                 max_tokens=b.max_tokens, temperature=b.temperature, ignore_eos=b.ignore_eos,
                                 result_file=result_file)
     env = dict(env_cfg.env)
-    if b.server.api_key:
-        env["OPENAI_API_KEY"] = b.server.api_key.get_secret_value()  # both clients read the key from here
+    key = b.server.key("bench.server")
+    if key:
+        env["OPENAI_API_KEY"] = key  # both clients read the key from here
     try:
         sup.run(LaunchSpec(name=f"bench-client-{_slug(label)}-c{concurrency}", argv=argv_fn(env_cfg, spec),
                            log=paths.logs / f"client-{_slug(label)}-c{concurrency}.log", phase=PHASE, env=env,
@@ -338,7 +339,8 @@ def _server_key(cfg: PipelineConfig, k: int, drafter: dict, prompts: dict) -> st
     # instead of re-measuring them.
     bench = cfg.bench.model_dump(mode="json", exclude={"acceptance_floor", "drafter_trained", "client_timeout_s",
                                                        "num_speculative_tokens", "drafter", "prompts"})
-    bench["server"].pop("api_key", None)
+    for field in ("api_key", "api_key_env", "api_key_secret_block"):
+        bench["server"].pop(field, None)
     parts = {"schema": SCHEMA, "target": cfg.target.model_dump(mode="json"), "bench": bench, "k": k,
              "prompts": prompts["sha256"], "drafter": [drafter["path"], drafter_cfg] if k else None}
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
