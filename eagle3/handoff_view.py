@@ -3,6 +3,7 @@ for run artifacts. Works on the report's dict form, so a report read back from J
 
 from __future__ import annotations
 
+import html
 import io
 
 from rich.console import Console, Group
@@ -101,10 +102,25 @@ def to_text(report, width: int = 140) -> str:
     return buf.getvalue()
 
 
-def to_markdown(report) -> str:
+def summary_line(report) -> str:
+    """One line: the verdict, what was ended and removed, and where the full report is."""
     r = _d(report)
-    lines = [f"# GPU handoff {r['label']}", "", f"**{r['verdict']}** in {r['seconds']:.3f} s", "",
-             f"GPU check: {r['gpu_check']}", ""]
+    ended = sum(len(s["members"]) for s in r["services"]) + len(r["ended"])
+    removed = len(r["shm"].get("removed", [])) + len(r["pycache"].get("removed", []))
+    parts = [f"GPU handoff {r['label']} ({r['seconds']:.3f} s): {r['verdict']}", f"GPU check: {r['gpu_check']}",
+             f"{ended} process(es) ended", f"{removed} file(s) removed"]
+    if r["problems"]:
+        parts.append(f"{len(r['problems'])} problem(s)")
+    return "; ".join(parts) + f" (report {r['path']})"
+
+
+def to_markdown(report) -> str:
+    """Compact for the run's artifacts: the verdict and what changed up front, problems next, the
+    step timings folded away."""
+    r = _d(report)
+    lines = [f"**GPU handoff {r['label']} ({r['seconds']:.3f} s): {r['verdict']}** · GPU check: {r['gpu_check']}", ""]
+    if r["problems"]:
+        lines += ["**Problems**", ""] + [f"- {p}" for p in r["problems"]] + [""]
     if r["gpus"]:
         lines += ["| GPU | UUID | used MiB | reserved MiB | free MiB | util % |", "|---|---|---|---|---|---|"]
         lines += [f"| {g['gpu']} | {g['uuid']} | {g['used_mib']:.0f} | {g['reserved_mib']:.0f} | {g['free_mib']:.0f} "
@@ -119,8 +135,9 @@ def to_markdown(report) -> str:
     if r["shm"].get("removed"):
         lines.append("Removed from /dev/shm: " + ", ".join(f"`{n}`" for n in r["shm"]["removed"]))
         lines.append("")
-    lines += ["| step | s | detail |", "|---|---|---|"]
+    # GitHub-style folding (the UI's markdown renderer passes <details>); the blank lines let the table render.
+    lines += [f"<details><summary>{len(r['steps'])} steps · report <code>{html.escape(r['path'])}</code></summary>", "",
+              "| step | s | detail |", "|---|---|---|"]
     lines += [f"| {s['name']} | {s['seconds']:.3f} | {s['detail']} |" for s in r["steps"]]
-    if r["problems"]:
-        lines += ["", "## Problems", ""] + [f"- {p}" for p in r["problems"]]
+    lines += ["", "</details>"]
     return "\n".join(lines) + "\n"

@@ -14,6 +14,7 @@ import hashlib
 import importlib
 import inspect
 import json
+import logging
 import shutil
 import os
 import time
@@ -39,6 +40,7 @@ PHASE_FUNCTIONS.update(json.loads(os.environ.get("EAGLE3_PHASE_OVERRIDES", "{}")
 UPSTREAM = {"datagen": None, "extract": "datagen", "train": "extract", "bench": "train"}
 
 Progress = Callable[[int, int], None]
+log = logging.getLogger("eagle3.pipeline")
 
 
 def select_phases(only: str | None = None, from_: str | None = None) -> list[str]:
@@ -136,12 +138,14 @@ def run_phase(cfg: PipelineConfig, phase: str, sup: Supervisor | None = None, fo
         # Output (finished or partial) derived from an upstream that has since been redone: stale.
         clear_phase(cfg, phase)
     _marker_path(cfg, phase).unlink(missing_ok=True)
+    resuming = _started_path(cfg, phase).exists()  # an earlier attempt left output this one continues
     atomic_write_json(_started_path(cfg, phase), {"upstream": upstream, "at": time.time()})
     sup = sup or supervisor(cfg)
     module, func = PHASE_FUNCTIONS[phase].split(":")
     fn = getattr(importlib.import_module(module), func)
     kwargs = {"on_progress": on_progress} if "on_progress" in inspect.signature(fn).parameters else {}
     t0 = time.time()
+    log.info("phase %s: starting (%s)", phase, "resuming a previous attempt" if resuming else "fresh")
     try:
         summary = fn(cfg, sup, **kwargs)
     finally:
@@ -152,6 +156,7 @@ def run_phase(cfg: PipelineConfig, phase: str, sup: Supervisor | None = None, fo
               "force_token": force_token if force else None}
     marker["fingerprint"] = hashlib.sha256(json.dumps(marker, sort_keys=True, default=str).encode()).hexdigest()[:16]
     atomic_write_json(_marker_path(cfg, phase), marker)
+    log.info("phase %s: done in %.1f s (output %s)", phase, marker["finished_at"] - t0, marker["fingerprint"])
     return marker
 
 

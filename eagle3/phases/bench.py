@@ -366,8 +366,9 @@ def _history_path(paths: BenchPaths, now: datetime) -> Path:
 
 
 def run_bench(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | None = None) -> dict:
-    """Run (or finish) the benchmark; returns the summary. Raises GateError (not retryable) when a
-    trained drafter's acceptance length is below bench.acceptance_floor, after writing everything."""
+    """Run (or finish) the benchmark; returns the summary. Raises GateError (not retryable, with the
+    summary as `.summary`) when a trained drafter's acceptance length is below
+    bench.acceptance_floor, after writing everything."""
     b = cfg.bench
     paths = BenchPaths.of(cfg)
     paths.dir.mkdir(parents=True, exist_ok=True)
@@ -412,7 +413,9 @@ def run_bench(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | No
                "best_acceptance_length": results["gate"]["best_acceptance_length"],
                "best_k": results["best_k"], "table": results["table"]}
     if results["gate"]["status"] == "failed":
-        raise GateError(gate_error_text(results["gate"], str(paths.results)))
+        err = GateError(gate_error_text(results["gate"], str(paths.results)))
+        err.summary = summary  # a regression still has its numbers to show (the flow publishes them)
+        raise err
     return summary
 
 
