@@ -30,6 +30,7 @@ REPO = Path(__file__).resolve().parent.parent
 # Parameter descriptions come from the flows' docstrings ("Args:"), which Prefect puts in the schema.
 Phase = Literal[PHASES]
 
+
 def _config_name(config_path: str | None) -> str:
     if not config_path:
         return "eagle3"

@@ -5,7 +5,8 @@ each k in bench.num_speculative_tokens, with the core GPU handoff between two se
 server: a warm-up outside the measured windows, then one run of the engine's own load generator
 (`vllm bench serve` / SGLang's bench_serving) per concurrency on held-out prompts, with the
 server's spec-decode counters scraped right before and right after each run; the deltas are
-the window's acceptance (eagle3/engines/metrics.py).
+the window's acceptance (eagle3/engines/metrics.py). vLLM's client runs all windows of a server
+in one process, started together with the server (eagle3/engines/loadgen.py).
 
 Files in the phase dir (cfg.phase_dir("bench")):
   results.json      everything of this run (schema below); also copied to
@@ -16,6 +17,7 @@ Files in the phase dir (cfg.phase_dir("bench")):
   prompts.jsonl     the held-out prompts, in the load generator's dataset format (.json for SGLang)
   servers/<x>.json  one record per finished server; a retried run reuses those whose settings match
   clients/          the load generator's raw result files;  logs/  server and client logs
+  client-jobs/      the windows handed to vLLM's client process (one <n>.json + <n>.rc each)
 
 results.json: schema, pipeline, created_at, config_hash, bench_config_hash, pack_version, engine,
 engine_version, bench_client, acceptance_source, target, gpus, drafter {path, trained, status,
@@ -39,7 +41,7 @@ from typing import Callable
 from .. import __version__
 from ..benchmath import best_k, evaluate_gate, gate_error_text, pooled_acceptance, table
 from ..config import PipelineConfig, num_hidden_layers
-from ..engines import benchclient
+from ..engines import benchclient, loadgen
 from ..engines.drafters import drafter_aux_ids
 from ..engines.metrics import SpecCounters, Traffic, acceptance, engine_version, scrape_vllm_all, sglang_accept_length
 from ..engines.serving import base_url, start_server
@@ -49,7 +51,7 @@ from ..fsio import atomic_write_json, read_json
 from ..openai_client import OpenAIClient, RetryPolicy
 from ..prompts import load_prompts
 from ..report import write_report
-from ..services import LaunchSpec, Process, Supervisor
+from ..services import Process, Supervisor
 from . import ProgressFn
 from .datagen import _run as run_coroutine  # asyncio.run, also from inside a running event loop
 
@@ -219,11 +221,21 @@ def _warmup(cfg: PipelineConfig, url: str, texts: list[str]) -> dict:
     return {"requests": len(todo), "seconds": round(time.monotonic() - t0, 3)}
 
 
-def _run_client(cfg: PipelineConfig, sup: Supervisor, proc: Process, paths: BenchPaths, url: str, label: str,
+def _open_client(cfg: PipelineConfig, sup: Supervisor, paths: BenchPaths, label: str):
+    """The load generator for one server's windows (vLLM: started now, importing while the server starts)."""
+    b = cfg.bench
+    env = dict(getattr(cfg.engines, b.engine).env)
+    key = b.server.key("bench.server")
+    if key:
+        env["OPENAI_API_KEY"] = key  # both clients read the key from here
+    return loadgen.open_client(sup, b.engine, getattr(cfg.engines, b.engine), env, f"bench-client-{_slug(label)}",
+                               paths.logs, PHASE, b.server.hang_timeout_s)
+
+
+def _run_client(cfg: PipelineConfig, client, proc: Process, paths: BenchPaths, url: str, label: str,
                 concurrency: int, dataset: Path, num_prompts: int) -> benchclient.LoadResult:
     b = cfg.bench
-    _, argv_fn, parse_fn, _, _ = benchclient.CLIENTS[b.engine]
-    env_cfg = getattr(cfg.engines, b.engine)
+    parse_fn = benchclient.CLIENTS[b.engine][2]
     result_file = paths.clients / f"{_slug(label)}-c{concurrency}.json"
     result_file.parent.mkdir(parents=True, exist_ok=True)
     result_file.unlink(missing_ok=True)  # SGLang's client appends; a retry must not read an old line
@@ -231,15 +243,8 @@ def _run_client(cfg: PipelineConfig, sup: Supervisor, proc: Process, paths: Benc
                                 dataset=dataset, num_prompts=num_prompts, concurrency=concurrency,
                                 max_tokens=b.max_tokens, temperature=b.temperature, ignore_eos=b.ignore_eos,
                                 result_file=result_file)
-    env = dict(env_cfg.env)
-    key = b.server.key("bench.server")
-    if key:
-        env["OPENAI_API_KEY"] = key  # both clients read the key from here
     try:
-        sup.run(LaunchSpec(name=f"bench-client-{_slug(label)}-c{concurrency}", argv=argv_fn(env_cfg, spec),
-                           log=paths.logs / f"client-{_slug(label)}-c{concurrency}.log", phase=PHASE, env=env,
-                           stop_grace_s=10.0, hang_timeout_s=b.server.hang_timeout_s),
-                timeout_s=b.client_timeout_s)
+        log = client.run(spec, timeout_s=b.client_timeout_s)
     except CommandFailed:
         proc.check_alive()  # a dead server explains a failed client better (and is retryable)
         raise
@@ -247,11 +252,11 @@ def _run_client(cfg: PipelineConfig, sup: Supervisor, proc: Process, paths: Benc
     if load.completed == 0:
         proc.check_alive()
         raise TransientError(f"{label}, concurrency {concurrency}: no request completed ({load.failed} failed); "
-                             f"see {paths.logs / f'client-{_slug(label)}-c{concurrency}.log'}")
+                             f"see {log}")
     return load
 
 
-def _measure_window(cfg: PipelineConfig, sup: Supervisor, proc: Process, paths: BenchPaths, url: str, label: str,
+def _measure_window(cfg: PipelineConfig, client, proc: Process, paths: BenchPaths, url: str, label: str,
                     k: int, c: int, dataset: Path, num_prompts: int) -> dict:
     """One load-generator run at concurrency c between two counter snapshots. A window whose
     server-side request and token counts differ from the load generator's was shared with other
@@ -260,7 +265,7 @@ def _measure_window(cfg: PipelineConfig, sup: Supervisor, proc: Process, paths: 
     for attempt in range(1, WINDOW_ATTEMPTS + 1):
         before, traffic_before = _snapshot(cfg, url, k)
         started = time.time()
-        load = _run_client(cfg, sup, proc, paths, url, label, c, dataset, num_prompts)
+        load = _run_client(cfg, client, proc, paths, url, label, c, dataset, num_prompts)
         proc.check_alive()
         after, traffic_after = _snapshot(cfg, url, k)
         w = {"concurrency": c, "started_at": started, "finished_at": time.time(), "attempt": attempt,
@@ -297,8 +302,13 @@ def measure_server(cfg: PipelineConfig, sup: Supervisor, label: str, k: int, dra
     b = cfg.bench
     paths = BenchPaths.of(cfg)
     extra = spec_args(b.engine, Path(drafter), k) if k else []
+    client = _open_client(cfg, sup, paths, label)
     t0 = time.monotonic()
-    proc = start_server(sup, cfg, PHASE, b.engine, b.server, extra)
+    try:
+        proc = start_server(sup, cfg, PHASE, b.engine, b.server, extra)
+    except BaseException:
+        client.stop()
+        raise
     startup_s = round(time.monotonic() - t0, 3)
     url = base_url(b.server)
     try:
@@ -308,7 +318,7 @@ def measure_server(cfg: PipelineConfig, sup: Supervisor, label: str, k: int, dra
         record["warmup"] = _warmup(cfg, url, warmup_texts)
         windows = []
         for c in b.concurrency:
-            windows.append(_measure_window(cfg, sup, proc, paths, url, label, k, c, dataset, num_prompts))
+            windows.append(_measure_window(cfg, client, proc, paths, url, label, k, c, dataset, num_prompts))
             on_window()
         record["windows"] = windows
         at_stop, traffic_at_stop = _snapshot(cfg, url, k)
@@ -320,6 +330,7 @@ def measure_server(cfg: PipelineConfig, sup: Supervisor, label: str, k: int, dra
             record["accept_length_final"] = windows[-1]["acceptance"]["acceptance_length"]
         proc.check_alive()
     finally:
+        client.stop()
         record_stop = proc.stop()
     record["stop"] = {"signal": record_stop.signal, "seconds": record_stop.seconds, "clean": record_stop.clean}
     return record
