@@ -136,7 +136,8 @@ def to_markdown(report) -> str:
         lines.append("Removed from /dev/shm: " + ", ".join(f"`{n}`" for n in r["shm"]["removed"]))
         lines.append("")
     # GitHub-style folding (the UI's markdown renderer passes <details>); the blank lines let the table render.
-    lines += [f"<details><summary>{len(r['steps'])} steps · report <code>{html.escape(r['path'])}</code></summary>", "",
+    folded = f"{len(r['steps'])} steps · report <code>{html.escape(r['path'])}</code>"
+    lines += [f"<details><summary>{folded}</summary>", "",
               "| step | s | detail |", "|---|---|---|"]
     lines += [f"| {s['name']} | {s['seconds']:.3f} | {s['detail']} |" for s in r["steps"]]
     lines += ["", "</details>"]

@@ -55,8 +55,8 @@ def publish_bench_artifacts(name: str, summary: dict) -> dict:
     drafter = "trained" if summary["trained"] else "UNTRAINED"
     ids = {
         "table": create_table_artifact(table=table_rows(summary), key=artifact_key(name, "bench", "table"),
-                                       description=f"{name}: speculative decoding vs baseline (gate: {summary['gate']}, "
-                                                   f"drafter {drafter})"),
+                                       description=f"{name}: speculative decoding vs baseline "
+                                                   f"(gate: {summary['gate']}, drafter {drafter})"),
         "report": create_markdown_artifact(markdown=report_markdown(summary), key=artifact_key(name, "bench", "report"),
                                            description=f"{name}: benchmark report with throughput, TPOT and "
                                                        "per-position acceptance plots"),

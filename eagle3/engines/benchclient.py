@@ -83,7 +83,7 @@ def vllm_argv(env: EngineEnv, s: LoadSpec) -> list[str]:
 
 
 def vllm_flags(s: LoadSpec) -> list[str]:
-    """The flags of `vllm bench serve` (also what eagle3/engines/vllm_bench_driver.py parses)."""
+    """The flags of `vllm bench serve` (also what eagle3/engine_side/vllm_bench_driver.py parses)."""
     argv = [  # The chat backend: the server renders its own chat template, as it did for data generation.
             "--backend", "openai-chat", "--endpoint", "/v1/chat/completions",
             "--base-url", s.base_url, "--model", str(s.tokenizer), "--served-model-name", s.served_name,

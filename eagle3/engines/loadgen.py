@@ -1,6 +1,6 @@
 """The load generator of one benchmark server's windows (eagle3/phases/bench.py).
 
-vLLM: one long-lived process per server (vllm_bench_driver.py) runs `vllm bench serve`'s own
+vLLM: one long-lived process per server (engine_side/vllm_bench_driver.py) runs `vllm bench serve`'s own
 main() once per window, so its ~10 s import is paid once per server, and while that server starts
 (it is launched first), instead of once per window. The window's counter snapshots are taken right
 before a job is handed over and right after it finished, as before. SGLang: one
@@ -20,7 +20,7 @@ from ..fsio import atomic_write_json
 from ..services import LaunchSpec, Supervisor, Watchdog
 from . import benchclient
 
-DRIVER = Path(__file__).with_name("vllm_bench_driver.py")
+DRIVER = Path(__file__).resolve().parent.parent / "engine_side" / "vllm_bench_driver.py"
 
 
 class OneShotClient:

@@ -1,4 +1,4 @@
-"""The vLLM load-generator driver (eagle3/engines/loadgen.py + vllm_bench_driver.py) with a stand-in
+"""The vLLM load-generator driver (eagle3/engines/loadgen.py + engine_side/vllm_bench_driver.py) with a stand-in
 for vllm.benchmarks.serve (fake_vllm_bench/): every window of a server runs in one supervised
 process, in order; a failing window is reported with its traceback and the next one still runs;
 an over-budget window and a driver that cannot start are errors with the log tail; stopping leaves

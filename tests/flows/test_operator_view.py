@@ -194,7 +194,8 @@ def test_failure_alert_fires_for_a_failed_run_and_a_benchmark_regression(prefect
         # Every bench call of this config measures a regression (acceptance below the floor).
         regressed, _ = config(tmp_path / "r", "ops-regress", {"bench_report": True, "fail": {"bench": "gate"}})
         ok, _ = config(tmp_path / "ok", "ops-fine")
-        ids = {"pipeline": submit(PIPELINE, params(regressed)), "completed": submit(PIPELINE, params(ok, only="datagen"))}
+        ids = {"pipeline": submit(PIPELINE, params(regressed)),
+               "completed": submit(PIPELINE, params(ok, only="datagen"))}
         runs = wait_final(ids.values(), timeout=300)
         ids["benchmark"] = submit(BENCHMARK, params(regressed))  # the nightly rerun, upstream phases now done
         runs |= wait_final([ids["benchmark"]], timeout=300)

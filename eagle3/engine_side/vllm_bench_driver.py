@@ -17,10 +17,6 @@ import time
 import traceback
 from pathlib import Path
 
-# Run as a script, this file's directory comes first on sys.path, where the pack's own vllm.py
-# adapter would shadow the real vllm package.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-
 
 def _wait_for(job: Path, parent: int) -> bool:
     while not job.exists():
