@@ -97,7 +97,37 @@ class Server(Strict):
     hang_timeout_s: PositiveFloat = 600.0
     stop_grace_s: PositiveFloat = 20.0
     extra_args: list[str] = Field(default_factory=list)
+    # The key the server demands and its clients send: given here (api_key; a config file gets copied
+    # around), or by the name of an environment variable that holds it (api_key_env). Under Prefect
+    # that variable can be filled from a Secret block (api_key_secret_block; resolved in flows/).
     api_key: SecretStr | None = None
+    api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    api_key_secret_block: str | None = Field(None, pattern=r"^[a-z0-9][a-z0-9-]*$")
+
+    @model_validator(mode="after")
+    def _one_key_source(self) -> "Server":
+        if self.api_key is not None and (self.api_key_env or self.api_key_secret_block):
+            raise ValueError("api_key: set the key here or name where it comes from (api_key_env / "
+                             "api_key_secret_block), not both")
+        if self.api_key_secret_block and not self.api_key_env:
+            raise ValueError("api_key_secret_block: also set api_key_env, the environment variable the Prefect "
+                             "flow fills from the Secret block (the phases read the key from there)")
+        return self
+
+    def key(self, where: str = "server") -> str | None:
+        """The API key, or None when the server has none. ConfigError naming the variable when
+        api_key_env names one that is not set."""
+        if self.api_key is not None:
+            return self.api_key.get_secret_value()
+        if not self.api_key_env:
+            return None
+        value = os.environ.get(self.api_key_env)
+        if not value:
+            via = (f"; it is filled from the Prefect Secret block {self.api_key_secret_block!r} only when the "
+                   "pipeline runs as a Prefect flow (eagle3 run, deployments)" if self.api_key_secret_block else "")
+            raise ConfigError(f"{where}.api_key_env: environment variable {self.api_key_env} is not set or empty; "
+                              f"export it with the server's API key{via}")
+        return value
 
     @field_validator("api_key")
     @classmethod
@@ -269,11 +299,12 @@ class PipelineConfig(Strict):
         return self.run_dir / phase
 
     def fingerprint(self, section: str | None = None) -> str:
-        """Stable hash of the whole config or of one section (secrets excluded; so is allow_remote,
-        which changes no output: run dirs made before it existed stay done)."""
-        bind = {"server": {"allow_remote"}}
-        data = self.model_dump(mode="json", exclude={"datagen": {"server": {"api_key", "allow_remote"}},
-                                                     "extract": bind, "bench": bind})
+        """Stable hash of the whole config or of one section (secrets excluded). Left out too, so that
+        adding them changed no existing fingerprint: where a key comes from, and allow_remote; neither
+        changes a phase's output."""
+        server = {"allow_remote", "api_key_env", "api_key_secret_block"}
+        data = self.model_dump(mode="json", exclude={"datagen": {"server": {"api_key", *server}},
+                                                     "extract": {"server": server}, "bench": {"server": server}})
         if section is not None:
             data = {"target": data["target"], section: data[section]}
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]

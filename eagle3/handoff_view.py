@@ -3,6 +3,7 @@ for run artifacts. Works on the report's dict form, so a report read back from J
 
 from __future__ import annotations
 
+import html
 import io
 
 from rich.console import Console, Group
@@ -25,11 +26,11 @@ def summary_line(report) -> str:
     r = _d(report)
     ended = [f"{s['name']} (group {s['pgid']}, {s['signal']})" for s in r["services"] if s.get("members")]
     ended += [f"PID {e['pid']}" for e in r["ended"]]
-    removed = len(r["shm"].get("removed", [])) if r["shm"] else 0
+    removed = len((r["shm"] or {}).get("removed", [])) + len((r["pycache"] or {}).get("removed", []))
     parts = [f"handoff {r['label']}: {'GPUs free' if r['ok'] else 'BLOCKED'} in {r['seconds']:.2f} s"]
     parts.append(f"ended {', '.join(ended)}" if ended else "nothing left to end")
     if removed:
-        parts.append(f"{removed} stale /dev/shm file(s) removed")
+        parts.append(f"{removed} stale file(s) removed (/dev/shm, __pycache__)")
     if not r["ok"]:
         parts.append("; ".join(r["problems"]))
     return "; ".join(parts) + f" (report {r['path']})"
@@ -137,9 +138,12 @@ def to_text(report, width: int = 140) -> str:
 
 
 def to_markdown(report) -> str:
+    """Compact for the run's artifacts: the verdict and what changed up front, problems next, the
+    step timings folded away."""
     r = _d(report)
-    lines = [f"# GPU handoff {r['label']}", "", f"**{r['verdict']}** in {r['seconds']:.3f} s", "",
-             f"GPU check: {r['gpu_check']}", ""]
+    lines = [f"**GPU handoff {r['label']} ({r['seconds']:.3f} s): {r['verdict']}** · GPU check: {r['gpu_check']}", ""]
+    if r["problems"]:
+        lines += ["**Problems**", ""] + [f"- {p}" for p in r["problems"]] + [""]
     if r["gpus"]:
         lines += ["| GPU | UUID | used MiB | reserved MiB | free MiB | util % |", "|---|---|---|---|---|---|"]
         lines += [f"| {g['gpu']} | {g['uuid']} | {g['used_mib']:.0f} | {g['reserved_mib']:.0f} | {g['free_mib']:.0f} "
@@ -163,8 +167,10 @@ def to_markdown(report) -> str:
     if r["shm"].get("removed"):
         lines.append("Removed from /dev/shm: " + ", ".join(f"`{n}`" for n in r["shm"]["removed"]))
         lines.append("")
-    lines += ["| step | s | detail |", "|---|---|---|"]
+    # GitHub-style folding (the UI's markdown renderer passes <details>); the blank lines let the table render.
+    folded = f"{len(r['steps'])} steps · report <code>{html.escape(r['path'])}</code>"
+    lines += [f"<details><summary>{folded}</summary>", "",
+              "| step | s | detail |", "|---|---|---|"]
     lines += [f"| {s['name']} | {s['seconds']:.3f} | {s['detail']} |" for s in r["steps"]]
-    if r["problems"]:
-        lines += ["", "## Problems", ""] + [f"- {p}" for p in r["problems"]]
+    lines += ["", "</details>"]
     return "\n".join(lines) + "\n"

@@ -14,6 +14,7 @@ import hashlib
 import importlib
 import inspect
 import json
+import logging
 import shutil
 import os
 import time
@@ -39,6 +40,7 @@ PHASE_FUNCTIONS.update(json.loads(os.environ.get("EAGLE3_PHASE_OVERRIDES", "{}")
 UPSTREAM = {"datagen": None, "extract": "datagen", "train": "extract", "bench": "train"}
 
 Progress = Callable[[int, int], None]
+log = logging.getLogger("eagle3.pipeline")
 
 
 def select_phases(only: str | None = None, from_: str | None = None) -> list[str]:
@@ -146,6 +148,7 @@ def run_phase(cfg: PipelineConfig, phase: str, sup: Supervisor | None = None, fo
     t0 = time.time()
     progress.emit(progress.Event(phase, progress.START, message="started, resuming what an earlier attempt left"
                                  if resuming else "started"))
+    log.info("phase %s: starting (%s)", phase, "resuming a previous attempt" if resuming else "fresh")
     try:
         summary = fn(cfg, sup, **kwargs)
     except BaseException as e:
@@ -160,6 +163,7 @@ def run_phase(cfg: PipelineConfig, phase: str, sup: Supervisor | None = None, fo
     marker["fingerprint"] = hashlib.sha256(json.dumps(marker, sort_keys=True, default=str).encode()).hexdigest()[:16]
     atomic_write_json(_marker_path(cfg, phase), marker)
     progress.emit(progress.Event(phase, progress.END, message=f"output {marker['fingerprint']}"))
+    log.info("phase %s: done in %.1f s (output %s)", phase, marker["finished_at"] - t0, marker["fingerprint"])
     return marker
 
 

@@ -6,14 +6,25 @@ from __future__ import annotations
 from pathlib import Path
 
 from prefect import flow
+from prefect.runtime import flow_run
 
-from flows.pipeline import run_phases, teardown
+from flows.pipeline import run_name, run_phases, teardown
 
 
-@flow(name="eagle3-benchmark", on_crashed=[teardown], on_cancellation=[teardown])
+def benchmark_run_name() -> str:
+    return run_name((flow_run.parameters or {}).get("config_path"), ["bench"]) + " rerun"
+
+
+@flow(name="eagle3-benchmark", flow_run_name=benchmark_run_name, on_crashed=[teardown], on_cancellation=[teardown])
 def eagle3_benchmark(config_path: str, doctor: bool = True, lease_wait_s: float = 0.0) -> dict:
-    """Re-measure: serve baseline and target+drafter again and record a fresh result; the
-    preflight doctor runs first unless `doctor` is False. A rerun that finds another run on the
-    run dir or its GPUs waits up to `lease_wait_s` seconds, then fails naming that run."""
+    """Re-measure: serve baseline and target+drafter again and record a fresh result. Fails (and so
+    fires the failure alert of deployments/alerts.yaml) when the benchmark does.
+
+    Args:
+        config_path: Pipeline config (YAML); a relative path resolves against the repo root on the node.
+        doctor: Run the preflight doctor first.
+        lease_wait_s: If another run holds the run dir or its GPUs, wait up to this many seconds for it,
+            then fail naming it (0: fail at once).
+    """
     return run_phases(str(Path(config_path).resolve()), ["bench"], force=["bench"], doctor=doctor,
                       lease_wait_s=lease_wait_s)

@@ -6,22 +6,57 @@ fingerprint in the cache key, everything downstream of it."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
 from prefect.runtime import flow_run
 
 from eagle3.config import PHASES, load_config, remote_binds
-from eagle3.errors import ConfigError
+from eagle3.errors import GateError
 from eagle3.lease import LeaseBusy, hold
 from eagle3.pipeline import UPSTREAM, is_done, output_fingerprint, select_phases, state_dir, supervisor
 from eagle3.progress_display import unattended_lines
 from eagle3.runstate import recording
+from tasks.artifact_keys import artifact_key
+from tasks.bench_artifacts import publish_bench_artifacts
 from tasks.handoff import gpu_handoff
+from tasks.logs import route_pack_logs
 from tasks.phases import phase_task
 from tasks.preflight import preflight
+from tasks.secrets import provide_api_keys
 
 REPO = Path(__file__).resolve().parent.parent
+
+# Enumerated, so the parameter schema has an enum: the UI offers choices, and the server refuses a
+# flow run whose parameters are not among them when the run is created (deployments enforce the schema).
+# Parameter descriptions come from the flows' docstrings ("Args:"), which Prefect puts in the schema.
+Phase = Literal[PHASES]
+
+
+def _config_name(config_path: str | None) -> str:
+    if not config_path:
+        return "eagle3"
+    try:
+        path = Path(config_path) if Path(config_path).exists() else REPO / config_path
+        return load_config(path, check_files=False).name
+    except Exception:  # noqa: BLE001 - a name must never fail the run; the flow reports a bad config itself
+        return Path(config_path).stem
+
+
+def run_name(config_path: str | None, phases: list[str], force: list[str] | None = None) -> str:
+    """`<config name>: <phases>[ force <phases>]`, e.g. "tiny-cpu: datagen..bench", "tiny-cpu: train"."""
+    span = phases[0] if len(phases) == 1 else f"{phases[0]}..{phases[-1]}"
+    return f"{_config_name(config_path)}: {span}" + (f" force {','.join(force)}" if force else "")
+
+
+def pipeline_run_name() -> str:
+    p = flow_run.parameters or {}
+    try:
+        phases = select_phases(p.get("only"), p.get("from_"))
+    except Exception:  # noqa: BLE001 - validation reports bad phases; the name must not fail first
+        phases = list(PHASES)
+    return run_name(p.get("config_path"), phases, p.get("force"))
 
 
 def teardown(flow, flow_run, state) -> None:
@@ -61,6 +96,7 @@ def run_phases(config_path: str, phases: list[str], force: list[str], doctor: bo
     run left), then the doctor, then each phase with a handoff after it. Recorded for `eagle3 status`
     (run.json, progress.json) by the lease holder only, with progress lines in the run's log unless a
     terminal already shows them (`eagle3 run`)."""
+    route_pack_logs()
     cfg = load_config(config_path)
     with hold(cfg.run_dir, list(cfg.gpus), lease_wait_s):
         with recording(cfg, config_path, phases), unattended_lines(get_run_logger().info):
@@ -71,6 +107,7 @@ def _run_phases(cfg, config_path: str, phases: list[str], force: list[str], doct
     logger = get_run_logger()
     for line in remote_binds(cfg):  # allowed by the config (allow_remote); said at every run, doctor or not
         logger.warning("network exposure: %s", line)
+    provide_api_keys(cfg)
     token = str(flow_run.id or "")
     storage = result_storage(cfg)
     results: dict[str, dict] = {}
@@ -82,24 +119,39 @@ def _run_phases(cfg, config_path: str, phases: list[str], force: list[str], doct
         upstream = results[up]["fingerprint"] if up in results else (output_fingerprint(cfg, up) if up else None)
         forced = phase in force
         refresh = forced or not is_done(cfg, phase)  # a cache entry is only trusted while the output exists
-        results[phase] = phase_task.with_options(refresh_cache=refresh, result_storage=storage)(
-            config_path, phase, upstream=upstream, force=forced, force_token=token)
+        try:
+            results[phase] = phase_task.with_options(refresh_cache=refresh, result_storage=storage)(
+                config_path, phase, upstream=upstream, force=forced, force_token=token)
+        except GateError as e:
+            if getattr(e, "summary", None):  # a benchmark regression: its table is what the operator needs
+                publish_bench_artifacts(cfg.name, e.summary)
+            raise
         gpu_handoff(config_path, after=phase)
     rows = "\n".join(f"| {p} | {r['fingerprint']} |" for p, r in results.items())
-    create_markdown_artifact(key=f"{cfg.name}-pipeline".lower().replace("_", "-"),
+    create_markdown_artifact(key=artifact_key(cfg.name, "pipeline"),
                              markdown=f"### {cfg.name}: phases run\n\n| phase | output |\n|---|---|\n{rows}\n")
+    bench = results.get("bench", {}).get("summary", {})
+    if bench.get("results"):  # also when the phase came from the cache; a stand-in phase (tests) has none
+        publish_bench_artifacts(cfg.name, bench)
     logger.info("pipeline %s: %s done", cfg.name, ", ".join(results))
     return results
 
 
-@flow(name="eagle3-pipeline", on_crashed=[teardown], on_cancellation=[teardown], validate_parameters=True)
-def eagle3_pipeline(config_path: str, only: str | None = None, from_: str | None = None,
-                    force: list[str] | None = None, doctor: bool = True, lease_wait_s: float = 0.0) -> dict:
-    """Run the EAGLE-3 pipeline (all phases, `only` one, or `from_` one on), with handoffs;
-    the preflight doctor runs first unless `doctor` is False. If another run holds the run dir
-    or one of its GPUs, wait up to `lease_wait_s` seconds for it, then fail naming it."""
-    unknown = [p for p in (force or []) if p not in PHASES]
-    if unknown:  # a typo must not silently force nothing
-        raise ConfigError(f"force: unknown phase(s) {unknown}; choose from {', '.join(PHASES)}")
+@flow(name="eagle3-pipeline", flow_run_name=pipeline_run_name, on_crashed=[teardown], on_cancellation=[teardown],
+      validate_parameters=True)
+def eagle3_pipeline(config_path: str, only: Phase | None = None, from_: Phase | None = None,
+                    force: list[Phase] | None = None, doctor: bool = True, lease_wait_s: float = 0.0) -> dict:
+    """Run the EAGLE-3 pipeline (all phases, `only` one, or `from_` one on), with a GPU handoff
+    before, between and after the phases.
+
+    Args:
+        config_path: Pipeline config (YAML); a relative path resolves against the repo root on the node.
+        only: Run just this phase (its upstream phase must be done).
+        from_: Start at this phase and run the phases after it.
+        force: Redo these phases even if done, and every phase downstream of them.
+        doctor: Run the preflight doctor first.
+        lease_wait_s: If another run holds the run dir or one of its GPUs, wait up to this many seconds
+            for it, then fail naming it (0: fail at once).
+    """
     return run_phases(str(Path(config_path).resolve()), select_phases(only, from_), list(force or []), doctor,
                       lease_wait_s)

@@ -2,23 +2,26 @@
 summary (eagle3.phases.bench.run_bench) and its report; this only publishes it.
 
 Call `publish_bench_artifacts(cfg.name, summary)` inside a task or flow run (artifacts need a
-run context), e.g. in the phase task after the bench phase finished."""
+run context). The flow does, after the bench phase, whether the phase ran or came from the cache.
+
+The plot is embedded in the report artifact as a base64 `data:image/png` URI: the UI is opened on
+another machine than the GPU node, where a `file://` link leads nowhere. Prefect 3.9's UI renders
+such images in markdown artifacts (its markdown renderer lets `data:image/` through as an img src).
+"""
 
 from __future__ import annotations
 
+import base64
 import re
 from pathlib import Path
 
-from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+
+from tasks.artifact_keys import artifact_key
 
 # Table columns, in display order; per-position rates are joined into one cell ("100/95/80").
 COLUMNS = ("config", "k", "concurrency", "output_tok_s", "speedup", "mean_tpot_ms", "tpot_speedup", "mean_ttft_ms",
            "acceptance_rate_pct", "acceptance_length", "per_position_pct", "completed", "failed")
-
-
-def artifact_key(name: str, what: str) -> str:
-    # Prefect keys allow lowercase letters, digits and dashes only.
-    return re.sub(r"[^a-z0-9-]+", "-", f"{name}-bench-{what}".lower()).strip("-")
 
 
 def table_rows(summary: dict) -> list[dict]:
@@ -30,23 +33,32 @@ def table_rows(summary: dict) -> list[dict]:
     return rows
 
 
+def plot_data_uri(plot: Path) -> str | None:
+    try:
+        return "data:image/png;base64," + base64.b64encode(plot.read_bytes()).decode("ascii")
+    except OSError:
+        return None
+
+
 def report_markdown(summary: dict) -> str:
-    """The phase's report.md, with the plot as an absolute file link (the UI cannot embed a local PNG)."""
+    """The phase's report.md with its plot embedded; the node's paths follow as plain text."""
     report, plot = Path(summary["report"]), Path(summary["plot"])
     text = report.read_text() if report.is_file() else f"(report {report} is missing)\n"
-    return text.replace(f"]({plot.name})", f"](file://{plot})") + f"\nPlot: `{plot}` · results: `{summary['results']}`\n"
+    uri = plot_data_uri(plot)
+    image = re.compile(r"!\[([^\]]*)\]\(" + re.escape(plot.name) + r"\)")
+    text = image.sub(lambda m: f"![{m.group(1)}]({uri})" if uri else f"(plot {plot} is missing)", text)
+    return text + f"\nOn the node: plot `{plot}` · results `{summary['results']}`\n"
 
 
 def publish_bench_artifacts(name: str, summary: dict) -> dict:
-    """Table (one row per server and concurrency), the markdown report, and a link to the PNG."""
+    """Table (one row per server and concurrency) and the markdown report with the plot."""
+    drafter = "trained" if summary["trained"] else "UNTRAINED"
     ids = {
-        "table": create_table_artifact(table=table_rows(summary), key=artifact_key(name, "table"),
-                                       description=f"{name}: speculative decoding vs baseline (gate: {summary['gate']}, "
-                                                   f"drafter {'trained' if summary['trained'] else 'UNTRAINED'})"),
-        "report": create_markdown_artifact(markdown=report_markdown(summary), key=artifact_key(name, "report"),
-                                           description=f"{name}: benchmark report"),
-        "plot": create_link_artifact(link=f"file://{summary['plot']}", link_text=Path(summary["plot"]).name,
-                                     key=artifact_key(name, "plot"),
-                                     description=f"{name}: throughput and TPOT vs concurrency, per-position acceptance"),
+        "table": create_table_artifact(table=table_rows(summary), key=artifact_key(name, "bench", "table"),
+                                       description=f"{name}: speculative decoding vs baseline "
+                                                   f"(gate: {summary['gate']}, drafter {drafter})"),
+        "report": create_markdown_artifact(markdown=report_markdown(summary), key=artifact_key(name, "bench", "report"),
+                                           description=f"{name}: benchmark report with throughput, TPOT and "
+                                                       "per-position acceptance plots"),
     }
     return {k: str(v) for k, v in ids.items()}

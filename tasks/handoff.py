@@ -1,32 +1,27 @@
 """Prefect task for the GPU handoff between phases. Thin: never cached (the state it checks is the
-machine's, not the inputs'), logs the report table and publishes it as artifacts; the work is in
-eagle3.handoff."""
+machine's, not the inputs'), logs one line (the full report when it fails) and publishes one
+compact markdown artifact; the work is in eagle3.handoff."""
 
 from __future__ import annotations
 
-import re
-
 from prefect import get_run_logger, task
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
 from eagle3.config import load_config
 from eagle3.errors import HandoffError
 from eagle3.handoff import handoff_for_config, next_phase
-from eagle3.handoff_view import gpu_rows, to_markdown, to_text
-
-
-def artifact_key(name: str, label: str) -> str:
-    # Prefect artifact keys allow lowercase letters, digits and dashes only.
-    return re.sub(r"[^a-z0-9-]+", "-", f"{name}-handoff-{label}".lower()).strip("-")
+from eagle3.handoff_view import summary_line, to_markdown, to_text
+from tasks.artifact_keys import artifact_key
 
 
 def publish(cfg_name: str, report: dict, logger) -> None:
-    key = artifact_key(cfg_name, report["label"])
-    (logger.info if report["ok"] else logger.error)("GPU handoff %s\n%s", report["label"], to_text(report))
-    create_markdown_artifact(key=key, markdown=to_markdown(report), description=f"GPU handoff {report['label']}")
-    rows = gpu_rows(report) or [{"gpu": "-", "note": report["gpu_check"]}]
-    create_table_artifact(key=f"{key}-gpus", table=rows, description=f"GPU handoff {report['label']}: GPUs")
+    if report["ok"]:
+        logger.info(summary_line(report))
+    else:
+        logger.error("%s\n%s", summary_line(report), to_text(report))
+    create_markdown_artifact(key=artifact_key(cfg_name, "handoff", report["label"]), markdown=to_markdown(report),
+                             description=f"GPU handoff {report['label']}: {report['verdict']}")
 
 
 @task(name="gpu-handoff", cache_policy=NO_CACHE, retries=0, task_run_name="handoff-after-{after}")

@@ -9,7 +9,7 @@ from prefect.runtime import task_run
 
 from eagle3.config import load_config
 from eagle3 import failures, progress
-from tasks.bench_artifacts import publish_bench_artifacts
+from tasks.artifact_keys import artifact_key
 from eagle3.pipeline import code_version, run_phase, state_dir
 
 
@@ -64,10 +64,8 @@ def phase_task(config_path: str, phase: str, upstream: str | None = None, force:
     update_progress_artifact(artifact_id=artifact_id, progress=100.0)
     summary = marker.get("summary", {})
     lines = "\n".join(f"| {k} | {v} |" for k, v in summary.items() if not isinstance(v, (dict, list)))
-    create_markdown_artifact(key=f"{cfg.name}-{phase}".lower().replace("_", "-"),
+    create_markdown_artifact(key=artifact_key(cfg.name, phase),
                              markdown=f"### {phase} done\n\n| item | value |\n|---|---|\n{lines}\n",
                              description=f"{cfg.name}: {phase} summary")
-    if phase == "bench" and summary.get("results"):  # a stand-in phase (tests) has no results to show
-        publish_bench_artifacts(cfg.name, summary)
     logger.info("phase %s done (output %s)", phase, marker["fingerprint"])
     return {"phase": phase, "fingerprint": marker["fingerprint"], "summary": summary}

@@ -10,6 +10,7 @@ from prefect.cache_policies import NO_CACHE
 
 from eagle3.config import load_config
 from eagle3.doctor import DoctorFailed, failed, run_doctor
+from tasks.artifact_keys import artifact_key
 
 
 @task(name="preflight", cache_policy=NO_CACHE, retries=0)
@@ -21,7 +22,7 @@ def preflight(config_path: str) -> list[dict]:
         (logger.error if c.status == "FAIL" else logger.warning if c.status == "WARN" else logger.info)(
             "%s %s: %s%s", c.status, c.name, c.reason, f" (fix: {c.fix})" if c.fix and c.status != "PASS" else "")
     rows = [asdict(c) for c in checks]
-    create_table_artifact(key=f"{cfg.name}-preflight".lower().replace("_", "-"), table=rows,
+    create_table_artifact(key=artifact_key(cfg.name, "preflight"), table=rows,
                           description=f"{cfg.name}: preflight doctor")
     if failed(checks):
         raise DoctorFailed(checks)

@@ -18,7 +18,7 @@ from eagle3.config import Handoff
 from eagle3.errors import HandoffError
 from eagle3.gpus import NvmlUnavailable
 from eagle3.handoff import handoff_for_config, ports_for, run_handoff
-from eagle3.handoff_view import to_markdown, to_text
+from eagle3.handoff_view import summary_line, to_markdown, to_text
 from eagle3.services import Entry, LaunchSpec, Registry, Supervisor, state_dir_for
 from tests.fakegpu import FakeGpuBackend
 from tests.procutil import HOLD, LISTEN, PY, SLEEP, free_port, gone, holds, wait_until
@@ -359,6 +359,9 @@ def test_report_is_written_atomically_and_renders(env):
     assert not [p for p in path.parent.iterdir() if p.name.startswith(".")]  # no temp files left
     text, md = to_text(report), to_markdown(report)
     assert "GPU-fake-0000" in text and "GPUs free" in text and "| verify |" in md
+    line = summary_line(report)  # what a successful handoff logs: one line
+    assert "\n" not in line and line.startswith(f"handoff {report.label}: GPUs free in ") and f"report {report.path}" in line
+    assert md.index("GPU-fake-0000") < md.index("<details>") < md.index("| verify |")  # steps folded, GPUs not
 
 
 def test_handoff_for_config_uses_the_config_sections(make_config, tmp_path, spawner):

@@ -1,6 +1,7 @@
 """The engines' own load generators: `vllm bench serve` and SGLang's `python -m sglang.bench_serving`.
 
-Both are driven the same way: a file of held-out prompts, one invocation per concurrency, the
+Both are driven the same way: a file of held-out prompts, one run per concurrency (vLLM's in one
+process per server, eagle3/engines/loadgen.py), the
 chat endpoint (so the server applies the same chat template as in data generation), explicit
 sampling and output length, no built-in warm-up or ready-check request (the phase warms the
 server up itself, outside the measured window, so that the window holds exactly the measured
@@ -78,8 +79,12 @@ def write_sglang_dataset(path: Path, prompts: list[str]) -> Path:
 # ---- vLLM --------------------------------------------------------------------------------------
 
 def vllm_argv(env: EngineEnv, s: LoadSpec) -> list[str]:
-    argv = [*env.script_argv("vllm"), "bench", "serve",
-            # The chat backend: the server renders its own chat template, as it did for data generation.
+    return [*env.script_argv("vllm"), "bench", "serve", *vllm_flags(s)]
+
+
+def vllm_flags(s: LoadSpec) -> list[str]:
+    """The flags of `vllm bench serve` (also what eagle3/engine_side/vllm_bench_driver.py parses)."""
+    argv = [  # The chat backend: the server renders its own chat template, as it did for data generation.
             "--backend", "openai-chat", "--endpoint", "/v1/chat/completions",
             "--base-url", s.base_url, "--model", str(s.tokenizer), "--served-model-name", s.served_name,
             "--tokenizer", str(s.tokenizer),

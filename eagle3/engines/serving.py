@@ -22,6 +22,7 @@ def start_server(sup: Supervisor, cfg: PipelineConfig, phase: str, engine: str, 
     if busy:
         raise PortBusy(f"{phase}: port {server.port} ({server.host}) is already in use ({busy[server.port]}) before "
                        f"the {engine} server started; stop whatever listens there or change {phase}.server.port")
+    key = server.key(f"{phase}.server")  # an unset api_key_env fails here, naming the field
     adapter = ADAPTERS[engine]
     engine_env = getattr(cfg.engines, engine)
     log = cfg.phase_dir(phase) / "logs" / f"{engine}-server.log"
@@ -34,7 +35,7 @@ def start_server(sup: Supervisor, cfg: PipelineConfig, phase: str, engine: str, 
         gpus=list(cfg.gpus),
         stop_grace_s=server.stop_grace_s,
         hang_timeout_s=server.hang_timeout_s,
-        secrets=[server.api_key.get_secret_value()] if server.api_key else [],
+        secrets=[key] if key else [],
     )
     proc = sup.launch(spec)
     what = f"waiting for {engine} server readiness (PID {proc.pid}, port {server.port}, budget {server.startup_timeout_s:.0f} s)"

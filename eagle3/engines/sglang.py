@@ -21,9 +21,10 @@ def serve_argv(env: EngineEnv, target: Target, server: Server, extra: list[str] 
             "--tp-size", str(target.tensor_parallel_size)]
     if target.trust_remote_code:
         argv.append("--trust-remote-code")
-    if server.api_key:
+    key = server.key()
+    if key:
         # SGLang has no environment variable for the key; it is masked in the registry and logs.
-        argv += ["--api-key", server.api_key.get_secret_value()]
+        argv += ["--api-key", key]
     return argv + list(extra) + list(server.extra_args)
 
 

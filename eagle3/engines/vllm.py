@@ -22,7 +22,8 @@ def serve_argv(env: EngineEnv, target: Target, server: Server, extra: list[str] 
 
 def serve_env(server: Server) -> dict[str, str]:
     # The key goes through the environment, never argv: argv is visible in `ps` and in the registry.
-    return {"VLLM_API_KEY": server.api_key.get_secret_value()} if server.api_key else {}
+    key = server.key()
+    return {"VLLM_API_KEY": key} if key else {}
 
 
 def readiness(server: Server, log: Path) -> list[Probe]:

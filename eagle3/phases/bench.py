@@ -5,7 +5,8 @@ each k in bench.num_speculative_tokens, with the core GPU handoff between two se
 server: a warm-up outside the measured windows, then one run of the engine's own load generator
 (`vllm bench serve` / SGLang's bench_serving) per concurrency on held-out prompts, with the
 server's spec-decode counters scraped right before and right after each run; the deltas are
-the window's acceptance (eagle3/engines/metrics.py).
+the window's acceptance (eagle3/engines/metrics.py). vLLM's client runs all windows of a server
+in one process, started together with the server (eagle3/engines/loadgen.py).
 
 Files in the phase dir (cfg.phase_dir("bench")):
   results.json      everything of this run (schema below); also copied to
@@ -16,6 +17,7 @@ Files in the phase dir (cfg.phase_dir("bench")):
   prompts.jsonl     the held-out prompts, in the load generator's dataset format (.json for SGLang)
   servers/<x>.json  one record per finished server; a retried run reuses those whose settings match
   clients/          the load generator's raw result files;  logs/  server and client logs
+  client-jobs/      the windows handed to vLLM's client process (one <n>.json + <n>.rc each)
 
 results.json: schema, pipeline, created_at, config_hash, bench_config_hash, pack_version, engine,
 engine_version, bench_client, acceptance_source, target, gpus, drafter {path, trained, status,
@@ -39,7 +41,7 @@ from typing import Callable
 from .. import __version__, progress
 from ..benchmath import best_k, evaluate_gate, gate_error_text, pooled_acceptance, table
 from ..config import PipelineConfig, num_hidden_layers
-from ..engines import benchclient
+from ..engines import benchclient, loadgen
 from ..engines.drafters import drafter_aux_ids
 from ..engines.metrics import SpecCounters, Traffic, acceptance, engine_version, scrape_vllm_all, sglang_accept_length
 from ..engines.serving import base_url, start_server
@@ -50,7 +52,7 @@ from ..openai_client import OpenAIClient, RetryPolicy
 from ..progress import PhaseProgress
 from ..prompts import load_prompts
 from ..report import write_report
-from ..services import LaunchSpec, Process, Supervisor
+from ..services import Process, Supervisor
 from . import ProgressFn
 from .datagen import _run as run_coroutine  # asyncio.run, also from inside a running event loop
 
@@ -163,8 +165,8 @@ def held_out_prompts(cfg: PipelineConfig) -> dict:
 # ---- one server ----------------------------------------------------------------------------------
 
 def _headers(cfg: PipelineConfig) -> dict[str, str]:
-    key = cfg.bench.server.api_key
-    return {"Authorization": f"Bearer {key.get_secret_value()}"} if key else {}
+    key = cfg.bench.server.key("bench.server")
+    return {"Authorization": f"Bearer {key}"} if key else {}
 
 
 def _snapshot(cfg: PipelineConfig, url: str, k: int) -> tuple[SpecCounters | None, Traffic | None]:
@@ -198,7 +200,7 @@ def _warmup(cfg: PipelineConfig, url: str, texts: list[str]) -> dict:
     todo = [texts[i % len(texts)] for i in range(b.warmup_prompts)]
     if not todo:
         return {"requests": 0, "seconds": 0.0}
-    key = b.server.api_key.get_secret_value() if b.server.api_key else None
+    key = b.server.key("bench.server")
 
     async def go() -> None:
         async with OpenAIClient(url, api_key=key, max_connections=max(b.concurrency),
@@ -220,11 +222,21 @@ def _warmup(cfg: PipelineConfig, url: str, texts: list[str]) -> dict:
     return {"requests": len(todo), "seconds": round(time.monotonic() - t0, 3)}
 
 
-def _run_client(cfg: PipelineConfig, sup: Supervisor, proc: Process, paths: BenchPaths, url: str, label: str,
+def _open_client(cfg: PipelineConfig, sup: Supervisor, paths: BenchPaths, label: str):
+    """The load generator for one server's windows (vLLM: started now, importing while the server starts)."""
+    b = cfg.bench
+    env = dict(getattr(cfg.engines, b.engine).env)
+    key = b.server.key("bench.server")
+    if key:
+        env["OPENAI_API_KEY"] = key  # both clients read the key from here
+    return loadgen.open_client(sup, b.engine, getattr(cfg.engines, b.engine), env, f"bench-client-{_slug(label)}",
+                               paths.logs, PHASE, b.server.hang_timeout_s)
+
+
+def _run_client(cfg: PipelineConfig, client, proc: Process, paths: BenchPaths, url: str, label: str,
                 concurrency: int, dataset: Path, num_prompts: int) -> benchclient.LoadResult:
     b = cfg.bench
-    _, argv_fn, parse_fn, _, _ = benchclient.CLIENTS[b.engine]
-    env_cfg = getattr(cfg.engines, b.engine)
+    parse_fn = benchclient.CLIENTS[b.engine][2]
     result_file = paths.clients / f"{_slug(label)}-c{concurrency}.json"
     result_file.parent.mkdir(parents=True, exist_ok=True)
     result_file.unlink(missing_ok=True)  # SGLang's client appends; a retry must not read an old line
@@ -232,14 +244,8 @@ def _run_client(cfg: PipelineConfig, sup: Supervisor, proc: Process, paths: Benc
                                 dataset=dataset, num_prompts=num_prompts, concurrency=concurrency,
                                 max_tokens=b.max_tokens, temperature=b.temperature, ignore_eos=b.ignore_eos,
                                 result_file=result_file)
-    env = dict(env_cfg.env)
-    if b.server.api_key:
-        env["OPENAI_API_KEY"] = b.server.api_key.get_secret_value()  # both clients read the key from here
     try:
-        sup.run(LaunchSpec(name=f"bench-client-{_slug(label)}-c{concurrency}", argv=argv_fn(env_cfg, spec),
-                           log=paths.logs / f"client-{_slug(label)}-c{concurrency}.log", phase=PHASE, env=env,
-                           stop_grace_s=10.0, hang_timeout_s=b.server.hang_timeout_s),
-                timeout_s=b.client_timeout_s)
+        log = client.run(spec, timeout_s=b.client_timeout_s)
     except CommandFailed:
         proc.check_alive()  # a dead server explains a failed client better (and is retryable)
         raise
@@ -247,11 +253,11 @@ def _run_client(cfg: PipelineConfig, sup: Supervisor, proc: Process, paths: Benc
     if load.completed == 0:
         proc.check_alive()
         raise TransientError(f"{label}, concurrency {concurrency}: no request completed ({load.failed} failed); "
-                             f"see {paths.logs / f'client-{_slug(label)}-c{concurrency}.log'}")
+                             f"see {log}")
     return load
 
 
-def _measure_window(cfg: PipelineConfig, sup: Supervisor, proc: Process, paths: BenchPaths, url: str, label: str,
+def _measure_window(cfg: PipelineConfig, client, proc: Process, paths: BenchPaths, url: str, label: str,
                     k: int, c: int, dataset: Path, num_prompts: int) -> dict:
     """One load-generator run at concurrency c between two counter snapshots. A window whose
     server-side request and token counts differ from the load generator's was shared with other
@@ -260,7 +266,7 @@ def _measure_window(cfg: PipelineConfig, sup: Supervisor, proc: Process, paths: 
     for attempt in range(1, WINDOW_ATTEMPTS + 1):
         before, traffic_before = _snapshot(cfg, url, k)
         started = time.time()
-        load = _run_client(cfg, sup, proc, paths, url, label, c, dataset, num_prompts)
+        load = _run_client(cfg, client, proc, paths, url, label, c, dataset, num_prompts)
         proc.check_alive()
         after, traffic_after = _snapshot(cfg, url, k)
         w = {"concurrency": c, "started_at": started, "finished_at": time.time(), "attempt": attempt,
@@ -299,8 +305,13 @@ def measure_server(cfg: PipelineConfig, sup: Supervisor, label: str, k: int, dra
     b = cfg.bench
     paths = BenchPaths.of(cfg)
     extra = spec_args(b.engine, Path(drafter), k) if k else []
+    client = _open_client(cfg, sup, paths, label)
     t0 = time.monotonic()
-    proc = start_server(sup, cfg, PHASE, b.engine, b.server, extra)
+    try:
+        proc = start_server(sup, cfg, PHASE, b.engine, b.server, extra)
+    except BaseException:
+        client.stop()
+        raise
     startup_s = round(time.monotonic() - t0, 3)
     url = base_url(b.server)
     try:
@@ -312,7 +323,7 @@ def measure_server(cfg: PipelineConfig, sup: Supervisor, label: str, k: int, dra
         windows = []
         for c in b.concurrency:
             before_window(c)
-            windows.append(_measure_window(cfg, sup, proc, paths, url, label, k, c, dataset, num_prompts))
+            windows.append(_measure_window(cfg, client, proc, paths, url, label, k, c, dataset, num_prompts))
             on_window()
         record["windows"] = windows
         at_stop, traffic_at_stop = _snapshot(cfg, url, k)
@@ -324,6 +335,7 @@ def measure_server(cfg: PipelineConfig, sup: Supervisor, label: str, k: int, dra
             record["accept_length_final"] = windows[-1]["acceptance"]["acceptance_length"]
         proc.check_alive()
     finally:
+        client.stop()
         record_stop = proc.stop()
     record["stop"] = {"signal": record_stop.signal, "seconds": record_stop.seconds, "clean": record_stop.clean}
     return record
@@ -343,7 +355,8 @@ def _server_key(cfg: PipelineConfig, k: int, drafter: dict, prompts: dict) -> st
     # instead of re-measuring them.
     bench = cfg.bench.model_dump(mode="json", exclude={"acceptance_floor", "drafter_trained", "client_timeout_s",
                                                        "num_speculative_tokens", "drafter", "prompts"})
-    bench["server"].pop("api_key", None)
+    for field in ("api_key", "api_key_env", "api_key_secret_block"):
+        bench["server"].pop(field, None)
     parts = {"schema": SCHEMA, "target": cfg.target.model_dump(mode="json"), "bench": bench, "k": k,
              "prompts": prompts["sha256"], "drafter": [drafter["path"], drafter_cfg] if k else None}
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
@@ -369,8 +382,9 @@ def _history_path(paths: BenchPaths, now: datetime) -> Path:
 
 
 def run_bench(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | None = None) -> dict:
-    """Run (or finish) the benchmark; returns the summary. Raises GateError (not retryable) when a
-    trained drafter's acceptance length is below bench.acceptance_floor, after writing everything."""
+    """Run (or finish) the benchmark; returns the summary. Raises GateError (not retryable, with the
+    summary as `.summary`) when a trained drafter's acceptance length is below
+    bench.acceptance_floor, after writing everything."""
     b = cfg.bench
     paths = BenchPaths.of(cfg)
     paths.dir.mkdir(parents=True, exist_ok=True)
@@ -422,7 +436,9 @@ def run_bench(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | No
                "best_acceptance_length": results["gate"]["best_acceptance_length"],
                "best_k": results["best_k"], "table": results["table"]}
     if results["gate"]["status"] == "failed":
-        raise GateError(gate_error_text(results["gate"], str(paths.results)))
+        err = GateError(gate_error_text(results["gate"], str(paths.results)))
+        err.summary = summary  # a regression still has its numbers to show (the flow publishes them)
+        raise err
     return summary
 
 

@@ -226,7 +226,7 @@ async def _generate(cfg: PipelineConfig, url: str, todo: list[Prompt], done_befo
                     progress: _Progress, proc: Process | None, on_connected: Callable[[list[str]], None],
                     stats: _Stats) -> None:
     d = cfg.datagen
-    key = d.server.api_key.get_secret_value() if d.server.api_key else None
+    key = d.server.key("datagen.server")
     breaker = max(4, d.concurrency)  # this many failed prompts in a row: the endpoint, not the prompts, is broken
     client = OpenAIClient(url, api_key=key, connect_timeout_s=d.connect_timeout_s, read_timeout_s=d.request_timeout_s,
                           max_connections=d.concurrency, retry=RetryPolicy(max_retries=d.max_retries),

@@ -162,3 +162,22 @@ def config(tmp: Path, name: str, knobs: dict | None = None) -> tuple[str, Path]:
 def params(config_path: str, **extra) -> dict:
     # The preflight doctor probes the real engines; the no-op phases have none to probe.
     return {"config_path": config_path, "doctor": False, **extra}
+
+
+def run_logs(flow_run_id: UUID) -> list:
+    """Every log record the server holds for a flow run (its tasks' included), oldest first."""
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+    from prefect.client.schemas.sorting import LogSort
+
+    with client() as c:
+        return c.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])),
+                           sort=LogSort.TIMESTAMP_ASC)
+
+
+def run_artifacts(flow_run_id: UUID) -> dict[str, object]:
+    """The artifacts of a flow run (its tasks' included) by key; key-less ones under their id."""
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    with client() as c:
+        found = c.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id])))
+    return {a.key or str(a.id): a for a in found}

@@ -7,9 +7,13 @@ Each phase writes a small real output into its phase dir and appends one line pe
 Per-run-dir knobs in <run_dir>/knobs.json change behaviour:
   {"sleep": {"bench": 3},                 seconds to sleep in that phase
    "fail_once": {"train": "transient"},   first call raises TransientError ("transient") or GateError ("gate")
+   "fail": {"bench": "gate"},             every call raises (same kinds)
    "child": ["datagen"],                  launch a supervised `sleep 600` and block until killed
    "ticks": {"extract": [8, 0.5]},        report progress i/8 (with details) every 0.5 s before finishing
-   "service": ["extract"]}                launch a supervised `sleep 600` first (ended with the phase)
+   "service": ["extract"],                launch a supervised `sleep 600` first (ended with the phase)
+   "bench_report": true}                  bench writes a real report, plot and results (synthetic numbers)
+                                          and returns the summary the real phase returns; with
+                                          fail_once bench "gate" it fails like a regression, summary attached
 """
 
 from __future__ import annotations
@@ -26,6 +30,9 @@ import yaml
 from eagle3.errors import GateError, TransientError
 from eagle3.progress import PhaseProgress
 from eagle3.services import LaunchSpec
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchdata import synthetic_results  # noqa: E402
 
 TINY_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "tiny-cpu.yaml"
 OVERRIDES = {p: f"noop_phases:{p}" for p in ("datagen", "extract", "train", "bench")}
@@ -101,11 +108,15 @@ def _phase(phase: str, cfg, sup, on_progress=None) -> dict:
     knobs = _knobs(cfg)
     out = cfg.phase_dir(phase)
     out.mkdir(parents=True, exist_ok=True)
-    kind = knobs.get("fail_once", {}).get(phase)
-    if kind and n == 1:
+    kind = (knobs.get("fail_once", {}).get(phase) if n == 1 else None) or knobs.get("fail", {}).get(phase)
+    report = _bench_report(cfg, out, regression=kind == "gate") if phase == "bench" and knobs.get("bench_report") \
+        else None
+    if kind:
         (out / "partial.txt").write_text("half done\n")
         if kind == "gate":
-            raise GateError(f"{phase}: gate failed on purpose (call {n})")
+            err = GateError(f"{phase}: gate failed on purpose (call {n})")
+            err.summary = report  # as the real bench phase does on a regression
+            raise err
         raise TransientError(f"{phase}: transient failure on purpose (call {n})")
     if phase in knobs.get("child", []):
         proc = sup.launch(LaunchSpec(name=f"{phase}-child", argv=["sleep", "600"], log=out / "child.log", phase=phase))
@@ -125,7 +136,18 @@ def _phase(phase: str, cfg, sup, on_progress=None) -> dict:
         time.sleep(float(every))
         report(i, int(n), tok_s=10.0 * i)
     (out / "output.txt").write_text(f"{phase} output of call {n} (pid {os.getpid()})\n")
-    return {"calls": n, "output": str(out / "output.txt")}
+    return {"calls": n, "output": str(out / "output.txt"), **(report or {})}
+
+
+def _bench_report(cfg, out: Path, regression: bool) -> dict:
+    """What the real bench phase leaves and returns, from synthetic numbers (eagle3.report renders them)."""
+    from eagle3.report import write_report
+
+    results = synthetic_results(cfg.name, trained=regression, floor=3.0 if regression else 1.3)
+    (out / "results.json").write_text(json.dumps(results))
+    write_report(results, out / "report.md", out / "bench.png")
+    return {"results": str(out / "results.json"), "report": str(out / "report.md"), "plot": str(out / "bench.png"),
+            "table": results["table"], "gate": results["gate"]["status"], "trained": regression}
 
 
 def datagen(cfg, sup, on_progress=None):

@@ -1,8 +1,10 @@
-"""The benchmark's Prefect artifacts against the session's real Prefect server: the results table,
-the markdown report with the plot linked by absolute path, and a link artifact to the PNG."""
+"""The benchmark's Prefect artifacts against the session's real Prefect server: the results table
+and the markdown report with the plot embedded (a data URI: the UI runs on another machine than
+the node's files)."""
 
 from __future__ import annotations
 
+import base64
 import json
 
 import pytest
@@ -22,8 +24,9 @@ def test_publish_bench_artifacts(prefect_server, tmp_path):
     from prefect import flow
 
     from eagle3.report import write_report
-    from tasks.bench_artifacts import artifact_key, publish_bench_artifacts
-    from tests.phases.test_bench import _results
+    from tasks.artifact_keys import artifact_key
+    from tasks.bench_artifacts import publish_bench_artifacts
+    from tests.flows.benchdata import synthetic_results as _results
 
     results = _results()
     report, plot = tmp_path / "report.md", tmp_path / "bench.png"
@@ -36,12 +39,18 @@ def test_publish_bench_artifacts(prefect_server, tmp_path):
         return publish_bench_artifacts("Tiny CPU", summary)
 
     ids = publish()
-    assert set(ids) == {"table", "report", "plot"}
-    (table,) = _artifacts(artifact_key("Tiny CPU", "table"))
+    assert set(ids) == {"table", "report"}
+    (table,) = _artifacts(artifact_key("Tiny CPU", "bench", "table"))
     rows = json.loads(table.data) if isinstance(table.data, str) else table.data
     assert len(rows) == 6 and rows[4]["config"] == "k=3" and rows[4]["speedup"] == 1.8
     assert rows[4]["per_position_pct"] == "60/40/20"  # one cell per row, readable in the UI
-    (md,) = _artifacts(artifact_key("Tiny CPU", "report"))
-    assert "| k=3 | 1 | 180.0 | 1.80× |" in md.data and f"](file://{plot})" in md.data
-    (link,) = _artifacts(artifact_key("Tiny CPU", "plot"))
-    assert f"file://{plot}" in link.data
+    (md,) = _artifacts(artifact_key("Tiny CPU", "bench", "report"))
+    assert "| k=3 | 1 | 180.0 | 1.80× |" in md.data
+    assert f"![throughput, TPOT and acceptance](data:image/png;base64,{base64.b64encode(plot.read_bytes()).decode()})" \
+        in md.data and "file://" not in md.data
+    assert not _artifacts(artifact_key("Tiny CPU", "bench", "plot")), "no link artifact to a file on the node"
+
+    plot.unlink()  # a report whose plot is gone still publishes, saying so
+    publish()
+    latest = max(_artifacts(artifact_key("Tiny CPU", "bench", "report")), key=lambda a: a.created)
+    assert f"(plot {plot} is missing)" in latest.data and "![" not in latest.data

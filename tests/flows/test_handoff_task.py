@@ -34,7 +34,8 @@ def _artifact(key: str):
 def test_handoff_task_publishes_its_report_and_is_never_cached(prefect_server, make_config, tmp_path):
     from prefect import flow
 
-    from tasks.handoff import artifact_key, gpu_handoff
+    from tasks.artifact_keys import artifact_key
+    from tasks.handoff import gpu_handoff
 
     cfg = _config(make_config, tmp_path, free_port())
     (tmp_path / "shm" / "nccl-leftover").write_bytes(b"x")
@@ -46,16 +47,19 @@ def test_handoff_task_publishes_its_report_and_is_never_cached(prefect_server, m
     first, second = twice(str(tmp_path / "config.yaml"))
     assert first["ok"] and second["ok"] and first["path"] != second["path"]  # ran twice: no cache
     assert not (tmp_path / "shm" / "nccl-leftover").exists()
-    key = artifact_key(cfg.name, "datagen-to-extract")
+    key = artifact_key(cfg.name, "handoff", "datagen-to-extract")
     md = _artifact(key)
-    assert md and "GPUs free" in md[-1].data and "skipped: no GPUs declared (CPU rehearsal)" in md[-1].data
-    assert _artifact(f"{key}-gpus")
+    assert len(md) == 2, "one artifact per handoff"
+    assert md[-1].data.startswith("**GPU handoff datagen-to-extract (") and "GPUs free" in md[-1].data
+    assert "skipped: no GPUs declared (CPU rehearsal)" in md[-1].data and "<details>" in md[-1].data
+    assert not _artifact(f"{key}-gpus"), "no separate GPU table: the GPU rows are in the markdown"
 
 
 def test_refused_handoff_fails_the_flow_and_publishes_why(prefect_server, make_config, tmp_path):
     from prefect import flow
 
-    from tasks.handoff import artifact_key, gpu_handoff
+    from tasks.artifact_keys import artifact_key
+    from tasks.handoff import gpu_handoff
 
     port = free_port()
     cfg = _config(make_config, tmp_path, port)
@@ -70,7 +74,7 @@ def test_refused_handoff_fails_the_flow_and_publishes_why(prefect_server, make_c
         state = one(str(tmp_path / "config.yaml"), return_state=True)
         assert state.is_failed()
         assert procfs.alive(server.pid)
-        md = _artifact(artifact_key(cfg.name, "start-to-datagen"))
+        md = _artifact(artifact_key(cfg.name, "handoff", "start-to-datagen"))
         assert md and "BLOCKED" in md[-1].data and f"PID {server.pid}" in md[-1].data
     finally:
         spawner.cleanup()

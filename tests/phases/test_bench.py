@@ -28,6 +28,7 @@ from eagle3.engines.metrics import SpecCounters, acceptance
 from eagle3.errors import ConfigError, GateError
 from eagle3.phases.bench import BenchPaths, held_out_prompts, run_bench
 from eagle3.report import markdown, plot_png
+from tests.flows.benchdata import synthetic_results as _results, synthetic_runs as _runs
 
 REPO = Path(__file__).resolve().parents[2]
 # The trained tiny drafter of the training issue (made on a GPU) and the target it was trained for.
@@ -77,21 +78,6 @@ def test_bench_prompts_override(make_config, tmp_path):
     assert held_out_prompts(cfg)["texts"] == ["question 0", "question 1"]
 
 
-def _load(tok_s: float, tpot: float) -> dict:
-    return {"output_throughput": tok_s, "mean_tpot_ms": tpot, "mean_ttft_ms": 10.0, "completed": 8, "failed": 0}
-
-
-def _runs() -> list[dict]:
-    def window(c, tok_s, tpot, acc=None):
-        return {"concurrency": c, "load": _load(tok_s, tpot), "acceptance": acc}
-
-    a1 = acceptance(SpecCounters(10, 10, 6, (6,))).to_dict()
-    a3 = acceptance(SpecCounters(10, 30, 12, (6, 4, 2))).to_dict()
-    return [{"label": "baseline", "k": 0, "windows": [window(1, 100, 10), window(4, 300, 13)]},
-            {"label": "k=1", "k": 1, "windows": [window(1, 150, 7, a1), window(4, 330, 12, a1)]},
-            {"label": "k=3", "k": 3, "windows": [window(1, 180, 6, a3), window(4, 270, 15, a3)]}]
-
-
 def test_table_speedups_and_best_k():
     rows = table(_runs())
     by = {(r["config"], r["concurrency"]): r for r in rows}
@@ -126,19 +112,6 @@ def test_gate_reports_an_untrained_drafter_instead_of_failing():
 def test_gate_without_any_acceptance_fails_a_trained_drafter():
     gate = evaluate_gate({3: None}, trained=True, floor=1.3)
     assert gate["status"] == "failed" and "not used" in gate["message"]
-
-
-def _results() -> dict:
-    rows = table(_runs())
-    return {"pipeline": "t", "created_at": "2026-01-01T00:00:00+00:00", "config_hash": "c", "bench_config_hash": "b",
-            "engine": "vllm", "engine_version": "0.32.0", "bench_client": "vllm bench serve", "acceptance_source": "x",
-            "target": {"model": "/m", "served_name": "m"},
-            "drafter": {"path": "/d", "trained": False, "source": "s", "aux_layer_ids": [2, 4, 5]},
-            "prompts": {"count": 8, "path": "/p", "selection": "held out"},
-            "sampling": {"temperature": 0.0, "max_tokens": 32, "ignore_eos": False, "warmup_prompts": 2},
-            "table": rows, "best_k": best_k(rows),
-            "acceptance_by_k": {"1": _runs()[1]["windows"][0]["acceptance"], "3": _runs()[2]["windows"][0]["acceptance"]},
-            "gate": evaluate_gate({3: {"acceptance_length": 2.2}}, trained=False, floor=1.3), "notes": ["a note"]}
 
 
 def test_report_markdown_and_plot():

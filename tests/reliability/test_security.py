@@ -86,7 +86,9 @@ def payload(markers: Path, tag: str) -> str:
 # with the field named. (engines.*.python/command_prefix are exclusive; both kinds are exercised.)
 REJECTED = {"name", "target.served_name", "target.dtype", "datagen.engine", "extract.engine",
             "extract.hidden_states_dtype", "train.dry_run", "bench.engine", "handoff.systemd_units[]",
-            "datagen.server.host", "extract.server.host", "bench.server.host"}
+            "datagen.server.host", "extract.server.host", "bench.server.host"} | {
+            f"{phase}.server.{key}" for phase in ("datagen", "extract", "bench")
+            for key in ("api_key_env", "api_key_secret_block")}
 # Sent as an HTTP header: the payload's newline cannot get there and is refused (without echoing the
 # key); the rest of it is accepted and reaches the engine literally.
 API_KEYS = {f"{ph}.server.api_key" for ph in ("datagen", "extract", "bench")}
@@ -274,18 +276,24 @@ def test_real_vllm_server_listens_on_loopback_only(vllm_server):
 @pytest.mark.slow
 @pytest.mark.engine
 @pytest.mark.timeout(900)
-def test_api_key_is_enforced_and_never_written_under_run_dir(tiny_model, make_config):
-    """The datagen phase starts its own vLLM server with datagen.server.api_key and generates with it;
-    while it runs, requests without the key or with a wrong one get 401, and the key is in no argv.
-    Afterwards no file under run_dir (server log, registry, manifest, samples, summary) holds it."""
+@pytest.mark.parametrize("source", ["config", "env"])
+def test_api_key_is_enforced_and_never_written_under_run_dir(tiny_model, make_config, monkeypatch, source):
+    """The datagen phase starts its own vLLM server with the key (from datagen.server.api_key, or
+    from the environment variable datagen.server.api_key_env names) and generates with it; while it
+    runs, requests without the key or with a wrong one get 401, and the key is in no argv.
+    Afterwards no file under run_dir (server log, registry, manifest, samples, summary) holds it.
+    (The Prefect Secret block source: tests/flows/test_operator_view.py.)"""
     import httpx
 
     from eagle3.phases.datagen import run_datagen
     from eagle3.pipeline import supervisor
 
     key = f"sk-eagle3-{uuid.uuid4().hex}"
+    if source == "env":
+        monkeypatch.setenv("EAGLE3_TEST_DATAGEN_KEY", key)
+    key_fields = {"api_key": key} if source == "config" else {"api_key_env": "EAGLE3_TEST_DATAGEN_KEY"}
     cfg = make_config({"datagen": {"max_samples": 4, "concurrency": 2, "sampling": {"max_tokens": 8},
-                                   "server": {"port": free_port(), "api_key": key}}})
+                                   "server": {"port": free_port(), **key_fields}}})
     sup = supervisor(cfg)
     url = base_url(cfg.datagen.server)
     seen: dict = {}

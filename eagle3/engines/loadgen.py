@@ -1,0 +1,94 @@
+"""The load generator of one benchmark server's windows (eagle3/phases/bench.py).
+
+vLLM: one long-lived process per server (engine_side/vllm_bench_driver.py) runs `vllm bench serve`'s own
+main() once per window, so its ~10 s import is paid once per server, and while that server starts
+(it is launched first), instead of once per window. The window's counter snapshots are taken right
+before a job is handed over and right after it finished, as before. SGLang: one
+`python -m sglang.bench_serving` process per window.
+
+Both raise what `Supervisor.run` raised for a one-shot client: CommandFailed (non-zero exit, with
+the log tail), ServiceStartTimeout (over the window's time budget), ServiceHung (a silent log)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from ..config import EngineEnv
+from ..errors import CommandFailed, ServiceHung, ServiceStartTimeout
+from ..fsio import atomic_write_json
+from ..services import LaunchSpec, Supervisor, Watchdog
+from . import benchclient
+
+DRIVER = Path(__file__).resolve().parent.parent / "engine_side" / "vllm_bench_driver.py"
+
+
+class OneShotClient:
+    """A fresh load-generator process per window."""
+
+    def __init__(self, sup: Supervisor, engine: str, env_cfg: EngineEnv, env: dict, name: str, log_dir: Path,
+                 phase: str, hang_timeout_s: float | None):
+        self.sup, self.argv_fn, self.env_cfg, self.env = sup, benchclient.CLIENTS[engine][1], env_cfg, env
+        self.name, self.log_dir, self.phase, self.hang_timeout_s = name, log_dir, phase, hang_timeout_s
+
+    def run(self, spec: benchclient.LoadSpec, timeout_s: float) -> Path:
+        """Returns the log of the run."""
+        log = self.log_dir / f"{self.name}-c{spec.concurrency}.log"
+        self.sup.run(LaunchSpec(name=f"{self.name}-c{spec.concurrency}", argv=self.argv_fn(self.env_cfg, spec), log=log,
+                                phase=self.phase, env=self.env, stop_grace_s=10.0, hang_timeout_s=self.hang_timeout_s),
+                     timeout_s=timeout_s)
+        return log
+
+    def stop(self) -> None:
+        pass
+
+
+class VllmDriverClient:
+    """One vllm_bench_driver.py process for all windows of a server; start it before the server."""
+
+    def __init__(self, sup: Supervisor, env_cfg: EngineEnv, env: dict, name: str, log_dir: Path, phase: str,
+                 hang_timeout_s: float | None):
+        self.jobs = log_dir.parent / "client-jobs" / name
+        for old in self.jobs.glob("*") if self.jobs.is_dir() else []:
+            old.unlink()  # a retried run starts its numbering afresh
+        self.jobs.mkdir(parents=True, exist_ok=True)
+        self.hang_timeout_s, self.n = hang_timeout_s, 0
+        self.log = log_dir / f"{name}.log"
+        self.proc = sup.launch(LaunchSpec(name=name, argv=[*env_cfg.python_argv(), str(DRIVER), str(self.jobs)],
+                                          log=self.log, phase=phase, env=env, stop_grace_s=10.0))
+
+    def run(self, spec: benchclient.LoadSpec, timeout_s: float) -> Path:
+        self.n += 1
+        done = self.jobs / f"{self.n}.rc"
+        atomic_write_json(self.jobs / f"{self.n}.json", {"argv": benchclient.vllm_flags(spec)})
+        t0, dog = time.monotonic(), Watchdog(self.log, self.hang_timeout_s)
+        while not done.exists():
+            rc = self.proc.poll()
+            if rc is not None:
+                self.proc.stop()
+                raise CommandFailed(f"{self.proc.spec.name} exited with code {rc}", self.proc.log_tail(),
+                                    returncode=rc, retryable=rc < 0)
+            if time.monotonic() - t0 > timeout_s:
+                self.proc.stop()
+                raise ServiceStartTimeout(f"{self.proc.spec.name}: window {self.n} did not finish within "
+                                          f"{timeout_s:.0f} s", self.proc.log_tail())
+            if dog.hung():
+                self.proc.stop()
+                raise ServiceHung(f"{self.proc.spec.name} hung: no log output for {dog.silent_for():.0f} s",
+                                  self.proc.log_tail())
+            time.sleep(0.05)
+        rc = int(done.read_text() or 1)
+        if rc != 0:
+            raise CommandFailed(f"{self.proc.spec.name}: vllm bench serve failed with exit code {rc} (window {self.n})",
+                                self.proc.log_tail(), returncode=rc)
+        return self.log
+
+    def stop(self) -> None:
+        self.proc.stop()
+
+
+def open_client(sup: Supervisor, engine: str, env_cfg: EngineEnv, env: dict, name: str, log_dir: Path, phase: str,
+                hang_timeout_s: float | None) -> OneShotClient | VllmDriverClient:
+    if engine == "vllm":
+        return VllmDriverClient(sup, env_cfg, env, name, log_dir, phase, hang_timeout_s)
+    return OneShotClient(sup, engine, env_cfg, env, name, log_dir, phase, hang_timeout_s)

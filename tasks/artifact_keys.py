@@ -1,0 +1,12 @@
+"""The one place artifact keys are built: every artifact the pack publishes is keyed
+`<config name>-<what>-...`, so the UI's Artifacts page groups a pipeline's artifacts together and
+a key versions one artifact across runs."""
+
+from __future__ import annotations
+
+import re
+
+
+def artifact_key(name: str, *parts: str) -> str:
+    # Prefect keys allow lowercase letters, digits and dashes only.
+    return re.sub(r"[^a-z0-9-]+", "-", "-".join((name, *parts)).lower()).strip("-")
