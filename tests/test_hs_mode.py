@@ -137,3 +137,47 @@ def test_doctor_fails_with_both_numbers_when_neither_mode_fits(make_config, monk
     c = check_disk(cfg)
     assert c.status == FAIL and "neither hidden-state mode fits" in c.reason
     assert "offline needs" in c.reason and "4096 bytes (0.000 GiB) free" in c.reason and "two GPU sets" in c.reason
+
+
+# ---- the online cache guard (no server: files as the extraction server writes them) ------------------
+
+def test_cache_guard_stops_the_step_past_its_bound_and_removes_only_unlocked_orphans(tmp_path):
+    import fcntl
+    import os
+    import time
+
+    from eagle3.phases.train_online import CacheGuard
+
+    cache = tmp_path / "hs-cache"
+    cache.mkdir()
+    old = time.time() - 3600
+    orphan = cache / "req-1.safetensors"
+    orphan.write_bytes(b"x" * 1000)
+    os.utime(orphan, (old, old))
+    writing = cache / "req-2.safetensors"  # as old, but the server still holds its lock: kept
+    writing.write_bytes(b"y" * 700)
+    os.utime(writing, (old, old))
+    lock_fd = os.open(str(writing) + ".lock", os.O_CREAT | os.O_WRONLY, 0o644)
+    fcntl.flock(lock_fd, fcntl.LOCK_EX)
+    stopped = []
+    try:
+        guard = CacheGuard(cache, bound=500, on_exceeded=lambda: stopped.append(1), orphan_age_s=60)
+        guard.scan()
+    finally:
+        os.close(lock_fd)
+    assert not orphan.exists() and writing.exists() and guard.stats.orphans_removed == 1
+    assert stopped == [1] and "above its bound of 500 bytes" in guard.stats.exceeded
+    assert guard.stats.sampled_peak_bytes == 700 and guard.stats.sampled_peak_files == 1
+    guard.scan()
+    assert stopped == [1]  # stopped once
+
+
+def test_handoff_purges_the_online_cache(tmp_path):
+    from eagle3.config import Handoff
+    from eagle3.handoff import run_handoff
+
+    cache = hs_mode.online_cache_dir(tmp_path / "run")
+    cache.mkdir(parents=True)
+    (cache / "req-9.safetensors").write_bytes(b"z" * 1234)
+    report = run_handoff(tmp_path / "run", Handoff(shm_dir=tmp_path / "shm"), gpus=[], label="t")
+    assert report.ok and report.hs_cache_bytes_removed == 1234 and not cache.exists()
