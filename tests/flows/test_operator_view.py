@@ -10,7 +10,6 @@ except the API-key test, which runs the real datagen phase (a real vLLM server) 
 
 from __future__ import annotations
 
-
 import json
 import os
 import re
