@@ -157,13 +157,22 @@ def extraction_server(cfg: PipelineConfig, sup: Supervisor, ext: ExtractManifest
             except PipelineError as e:
                 if guard.stats.exceeded:
                     raise _exceeded(guard) from e
-                server.check_alive()  # a trainer that failed because the server died: say that
+                if not _stopped(e):
+                    server.check_alive()  # a trainer that failed because the server died: say that
                 raise
     finally:
         server.stop()
         hs_mode.purge_cache(cache)
     if guard.stats.exceeded:
         raise _exceeded(guard)
+
+
+def _stopped(e: PipelineError) -> bool:
+    """The trainer saved its interrupt checkpoint: one stop ended it and the server alike (seen on
+    an H200), and the resumable stop, not the server's exit, is what the caller must see."""
+    from .train import TrainingStopped  # train.py imports this module
+
+    return isinstance(e, TrainingStopped)
 
 
 def _exceeded(guard: CacheGuard) -> CacheBoundExceeded:
