@@ -130,11 +130,11 @@ def _phase(phase: str, cfg, sup, on_progress=None) -> dict:
         (out / "service.json").write_text(json.dumps({"pid": proc.pid, "start_ticks": proc.entry.start_ticks}))
     if knobs.get("sleep", {}).get(phase):
         time.sleep(float(knobs["sleep"][phase]))
-    report = PhaseProgress(phase, on_progress, unit="items")
-    n, every = knobs.get("ticks", {}).get(phase, (1, 0.0))
-    for i in range(1, int(n) + 1):
+    tick = PhaseProgress(phase, on_progress, unit="items")
+    ticks, every = knobs.get("ticks", {}).get(phase, (1, 0.0))
+    for i in range(1, int(ticks) + 1):
         time.sleep(float(every))
-        report(i, int(n), tok_s=10.0 * i)
+        tick(i, int(ticks), tok_s=10.0 * i)
     (out / "output.txt").write_text(f"{phase} output of call {n} (pid {os.getpid()})\n")
     return {"calls": n, "output": str(out / "output.txt"), **(report or {})}
 
