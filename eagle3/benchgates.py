@@ -15,7 +15,7 @@ other families than the average. Measured on vLLM CPU with the tiny fixture draf
 0.988/0.969/0.951, expected length 3.91 at k=3; trained on rows 1-64 of the tiny prompt set sampled at
 temperature 0.8), greedy, 32 tokens: rows 1-8 gave 1.45, rows 13-20 3.28, 8 rows spread over the 64
 2.02 and 2.20 (35-41 % of the expected gain); the same drafter with a corrupted vocabulary map gives
-about 1.0 (~0 %): see tests/phases/test_bench_parity.py and bench/results/parity-probe-cpu-20261130.txt.
+1.0 (0 %): see tests/phases/test_bench_parity.py and bench/results/parity-probe-cpu-20261130.txt.
 """
 
 from __future__ import annotations
