@@ -76,7 +76,8 @@ def stop_server(proc: subprocess.Popen) -> None:
 
 def direct(config_path: Path, with_handoffs: bool = True) -> float:
     """The same work without Prefect: handoffs and phase bodies called as plain functions."""
-    from eagle3.config import PHASES, load_config
+    from eagle3.config import load_config
+    from eagle3.phase_table import names
     from eagle3.handoff import handoff_for_config
     from eagle3.pipeline import run_phase
 
@@ -84,7 +85,7 @@ def direct(config_path: Path, with_handoffs: bool = True) -> float:
     cfg = load_config(config_path)
     if with_handoffs:
         handoff_for_config(cfg, after="start")
-    for phase in PHASES:
+    for phase in names():
         run_phase(cfg, phase)
         if with_handoffs:
             handoff_for_config(cfg, after=phase)

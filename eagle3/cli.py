@@ -15,8 +15,9 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from .config import DEFAULT_CONFIG, PHASES, load_config, owned_dir_problem, remote_binds
-from .errors import ConfigError, PipelineError, echo
+from . import phase_table
+from .config import DEFAULT_CONFIG, load_config, owned_dir_problem, remote_binds
+from .errors import ConfigError, HandoffError, PipelineError, echo
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Run the EAGLE-3 drafter pipeline (data generation -> hidden states -> training -> "
@@ -70,7 +71,6 @@ def _lease(stack: contextlib.ExitStack, run_dir: Path, gpus: list[int], wait_s: 
 
 def _recover(cfg, sup, ports: list[int] | None = None) -> None:
     """The run's first handoff: end what a dead earlier run of this run dir left, before the doctor."""
-    from .errors import HandoffError
     from .handoff import recovery_handoff
     from .handoff_view import summary_line
     from .progress import watched_by
@@ -97,13 +97,15 @@ def _replaceable(directory: Path, argument: str) -> None:
 
 def _check_phases(names: list[str], option: str) -> None:
     for name in names:
-        if name not in PHASES:
-            fail(f"{option}: unknown phase {name!r}; choose from {', '.join(PHASES)}")
+        try:
+            phase_table.check(name, option)
+        except ConfigError as e:
+            fail(str(e))
 
 
 @app.command()
 def run(config: Path = ConfigArg,
-        only: Optional[str] = typer.Option(None, "--only", help=f"Run just this phase ({', '.join(PHASES)})."),
+        only: Optional[str] = typer.Option(None, "--only", help=f"Run just this phase ({', '.join(phase_table.names())})."),
         from_: Optional[str] = typer.Option(None, "--from", help="Start at this phase; earlier ones must be done."),
         force: list[str] = typer.Option([], "--force", help="Redo this phase even if done (repeatable)."),
         doctor: bool = typer.Option(True, "--doctor/--no-doctor", help="Run the preflight doctor first."),
@@ -132,7 +134,7 @@ def run(config: Path = ConfigArg,
 
             with progress_display():  # live on a terminal, a line at least every 30 s otherwise
                 _recover(cfg, sup)
-                stack.enter_context(api_server(sup, cfg.run_dir / "logs"))
+                stack.enter_context(api_server(sup, cfg.layout.logs))
                 state = eagle3_pipeline(config_path=str(config.resolve()), only=only, from_=from_, force=list(force),
                                         doctor=doctor, return_state=True)
         except KeyboardInterrupt:
@@ -200,7 +202,7 @@ def _prefect_defaults() -> None:
 def _print_outcome(cfg) -> None:
     from .pipeline import done_marker
 
-    for phase in PHASES:
+    for phase in phase_table.names():
         marker = done_marker(cfg, phase)
         if marker:
             out.print(f"[green]done[/] {phase:8s} output {marker['fingerprint']}  ({escape(str(cfg.phase_dir(phase)))})")
@@ -319,7 +321,8 @@ def handoff(config: Optional[Path] = typer.Argument(
     """Stop what the pipeline started, purge its stale state and prove the GPUs free; exit 1 if they are not,
     exit 3 if a live run holds the run dir (its services are its own to stop)."""
     from .config import Handoff, load_config as _load_unchecked
-    from .handoff import next_phase, ports_for, run_handoff
+    from .handoff import ports_for, run_handoff
+    from .phase_table import next_phase
     from .handoff_view import renderable
 
     if config is None and run_dir is None:
@@ -346,10 +349,12 @@ def handoff(config: Optional[Path] = typer.Argument(
         report = run_handoff(run_dir, cfg.handoff if cfg else Handoff(), ids, ports,
                              label=f"{after}-to-{before or 'end'}").to_dict()
         code = 0
-    except PipelineError as e:
-        if getattr(e, "report", None) is None or not hasattr(e.report, "to_dict"):
+    except HandoffError as e:
+        if e.report is None:
             fail(str(e), code=1)
         report, code = e.report.to_dict(), 1
+    except PipelineError as e:
+        fail(str(e), code=1)
     finally:
         stack.close()
     if as_json:

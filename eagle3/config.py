@@ -16,11 +16,11 @@ from typing import Annotated, Any, Literal
 from pydantic import (BaseModel, ConfigDict, Field, SecretStr, ValidationError, ValidationInfo, field_validator,
                       model_validator)
 
-from . import managed, safe_yaml
+from . import managed, phase_table, safe_yaml
 from .errors import ConfigError, echo
+from .layout import RunLayout
 from .inputfiles import MAX_JSON_BYTES, decode_utf8, dir_problem, file_problem, read_capped
 
-PHASES: tuple[str, ...] = ("datagen", "extract", "train", "bench")
 Port = Annotated[int, Field(ge=1, le=65535)]
 # A week: beyond that a budget is a typo, and timers of the standard library overflow near 1e9 s.
 PositiveFloat = Annotated[float, Field(gt=0, le=7 * 24 * 3600)]
@@ -320,11 +320,14 @@ class PipelineConfig(Strict):
         return not self.gpus
 
     def phase_ports(self, phase: str) -> list[int]:
-        server = {"datagen": self.datagen.server, "extract": self.extract.server, "bench": self.bench.server}.get(phase)
-        return ([server.port] if server else []) + list(self.handoff.extra_ports)
+        return phase_table.ports(self, phase)
+
+    @property
+    def layout(self) -> RunLayout:
+        return RunLayout(self.run_dir)
 
     def phase_dir(self, phase: str) -> Path:
-        return self.run_dir / phase
+        return self.layout.phase_dir(phase)
 
     def fingerprint(self, section: str | None = None) -> str:
         """Stable hash of the whole config or of one section (secrets excluded). Left out too, so that
@@ -336,7 +339,7 @@ class PipelineConfig(Strict):
         data = self.model_dump(mode="json", exclude={"datagen": {"server": {"api_key", *server}},
                                                      "extract": {"server": server}, "bench": bench})
         if section is not None:
-            data = {"target": data["target"], section: data[section]}
+            data = {"target": data["target"], section: data.get(section)}  # a phase may have no section
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -465,16 +468,14 @@ def _non_finite(value: object) -> bool:
 
 def server_engines(cfg: PipelineConfig) -> list[tuple[str, str]]:
     """(phase section, engine) of each phase that runs a server."""
-    return [("datagen", cfg.datagen.engine), ("extract", "vllm"), ("bench", cfg.bench.engine)]
+    return [(phase, engine) for phase, _, engine in phase_table.servers(cfg)]
 
 
 def cross_checks(cfg: PipelineConfig) -> list[tuple[str, str]]:
     """Rules that span sections; each problem is (field path, message with the fix)."""
     problems: list[tuple[str, str]] = []
     seen: dict[int, str] = {}
-    for where, port in (("datagen.server.port", cfg.datagen.server.port),
-                        ("extract.server.port", cfg.extract.server.port),
-                        ("bench.server.port", cfg.bench.server.port)):
+    for where, port in ((f"{phase}.server.port", server.port) for phase, server, _ in phase_table.servers(cfg)):
         if port in seen:
             problems.append((where, f"port {port} is also used by {seen[port]}; give each server its own port"))
         seen[port] = where

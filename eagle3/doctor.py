@@ -19,6 +19,7 @@ from . import procfs, progress
 from .config import PipelineConfig, default_aux_layer_ids, num_hidden_layers, remote_binds
 from .errors import CommandFailed, PipelineError
 from .fsio import atomic_write_json, read_json
+from .layout import RunLayout, state_dir
 from .services import LaunchSpec, Supervisor
 
 ENGINE_SIDE = Path(__file__).resolve().parent / "engine_side"
@@ -50,12 +51,12 @@ def _engine_probe(cfg: PipelineConfig, sup: Supervisor, engine: str, script: str
     key_src = json.dumps([env.python_argv(), env.env, script, args,
                           _mtime(env.python), (cfg.target.model / "config.json").read_text()], default=str)
     key = hashlib.sha256(key_src.encode()).hexdigest()[:16]
-    cache_path = cfg.run_dir / "state" / "doctor-cache.json"
+    cache_path = RunLayout(cfg.run_dir).doctor_cache
     cache = read_json(cache_path, default={})
     if key in cache:
         return cache[key]
-    out = cfg.run_dir / "doctor" / f"{engine}-{Path(script).stem}.json"
-    log = cfg.run_dir / "doctor" / f"{engine}-{Path(script).stem}.log"
+    out = RunLayout(cfg.run_dir).doctor / f"{engine}-{Path(script).stem}.json"
+    log = out.with_suffix(".log")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.unlink(missing_ok=True)
     spec = LaunchSpec(name=f"doctor-{engine}", argv=[*env.python_argv(), str(ENGINE_SIDE / script), *args,
@@ -188,7 +189,7 @@ def check_ports(cfg: PipelineConfig, sup: Supervisor | None = None) -> Check:
     from .holders import Ownership, port_holders
 
     ports = ports_for(cfg, None, None)
-    sup = sup or Supervisor(cfg.run_dir / "state")
+    sup = sup or Supervisor(state_dir(cfg.run_dir))
     ownership = Ownership.build(sup.registry.token, sup.registry.entries(), cfg.handoff.protected_process_names)
     listeners = port_holders(ports, ownership)
     if not listeners:
@@ -295,7 +296,7 @@ def _gb(n: float) -> str:
 # ---- entry point ------------------------------------------------------------------------------
 
 def run_doctor(cfg: PipelineConfig, sup: Supervisor | None = None, engines: bool = True) -> list[Check]:
-    sup = sup or Supervisor(cfg.run_dir / "state")
+    sup = sup or Supervisor(state_dir(cfg.run_dir))
     checks: list[Check] = []
     progress.emit(progress.Event("preflight", progress.START, message="doctor: GPUs, model files, ports, disk, "
                                  f"layers{', engine probes (seconds each)' if engines else ''}"))
@@ -322,7 +323,7 @@ def run_doctor(cfg: PipelineConfig, sup: Supervisor | None = None, engines: bool
                 timed(check_engine_env, cfg, sup, engine)
                 timed(check_target_support, cfg, sup, engine)
     timed(check_drafter, cfg)
-    atomic_write_json(cfg.run_dir / "doctor" / "report.json", [asdict(c) for c in checks])
+    atomic_write_json(RunLayout(cfg.run_dir).doctor / "report.json", [asdict(c) for c in checks])
     counts = {s: sum(1 for c in checks if c.status == s) for s in (PASS, WARN, FAIL)}
     progress.emit(progress.Event("preflight", progress.END, ok=not counts[FAIL],
                                  message=", ".join(f"{n} {s}" for s, n in counts.items() if n)))

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import reprlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .handoff import HandoffReport
 
 
 class PipelineError(Exception):
@@ -20,9 +24,10 @@ class GateError(PipelineError):
 
 
 class HandoffError(PipelineError):
-    """GPUs could not be proven free; the next phase must not start."""
+    """GPUs could not be proven free; the next phase must not start. `report` is the handoff's
+    HandoffReport (eagle3.handoff) when the handoff got far enough to write one, else None."""
 
-    def __init__(self, message: str, report=None):
+    def __init__(self, message: str, report: HandoffReport | None = None):
         super().__init__(message)
         self.report = report
 

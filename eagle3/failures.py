@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from .fsio import atomic_write_json, file_lock, read_json
+from .layout import RunLayout
 
 _ERROR_LINE = re.compile(r"(Error|Exception|error:|FAILED|Traceback|Killed|Aborted|CUDA|NCCL|OOM)", re.I)
 _NOISE = [(re.compile(r"0x[0-9a-fA-F]+"), "0x?"), (re.compile(r"(/[\w.\-]+)+"), "<path>"),
@@ -34,11 +35,12 @@ def signature(exc: BaseException) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()[:12] + " " + raw
 
 
-def record(state_dir: Path, phase: str, exc: BaseException) -> bool:
+def record(run_dir: Path, phase: str, exc: BaseException) -> bool:
     """Record a failure; True when it repeats the previous failure of this phase (stop retrying)."""
-    path = Path(state_dir) / "failures.json"
+    layout = RunLayout(run_dir)
+    path = layout.failures
     sig = signature(exc)
-    with file_lock(Path(state_dir) / "failures.lock"):
+    with file_lock(layout.failures_lock):
         data = read_json(path, default={})
         history = data.setdefault(phase, [])
         repeated = bool(history) and history[-1]["signature"] == sig
@@ -48,9 +50,10 @@ def record(state_dir: Path, phase: str, exc: BaseException) -> bool:
     return repeated
 
 
-def clear(state_dir: Path, phase: str) -> None:
-    path = Path(state_dir) / "failures.json"
-    with file_lock(Path(state_dir) / "failures.lock"):
+def clear(run_dir: Path, phase: str) -> None:
+    layout = RunLayout(run_dir)
+    path = layout.failures
+    with file_lock(layout.failures_lock):
         data = read_json(path, default={})
         if data.pop(phase, None) is not None:
             atomic_write_json(path, data)

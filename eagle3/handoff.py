@@ -23,18 +23,19 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from . import procfs, progress, pycache, shm, systemd
-from .config import PHASES, Handoff, PipelineConfig
+from . import phase_table, procfs, progress, pycache, shm, systemd
+from .phase_table import next_phase
+from .config import Handoff, PipelineConfig
 from .errors import HandoffError, PipelineError
 from .fsio import atomic_write_json
 from .gpus import GpuBackend, GpuQueryError, GpuState, NvmlBackend
 from .handoff_view import summary_line
+from .layout import RunLayout
 from .holders import Holder, Ownership, describe_cmd, find_holders, port_holders
 from .services import OWNER_ENV, SERVICE_ENV, Entry, Supervisor, state_dir_for
 from .terminate import end_processes
 
 BUSY_UTIL = 90  # % utilisation with no process on the GPU: wedged, not free
-REPORTS_DIRNAME = "handoffs"
 
 
 @dataclass
@@ -80,17 +81,9 @@ class _Steps:
             self.report.steps.append(rec)
 
 
-def next_phase(after: str) -> str | None:
-    """The phase that follows `after` ("start" = before the first phase); None after the last."""
-    if after == "start":
-        return PHASES[0]
-    i = PHASES.index(after) if after in PHASES else len(PHASES)
-    return PHASES[i + 1] if i + 1 < len(PHASES) else None
-
-
 def ports_for(cfg: PipelineConfig, after: str | None, before: str | None) -> list[int]:
     """The ports that must be free: those of the phases on both sides, or of all phases."""
-    phases = [p for p in (after, before) if p in PHASES] or list(PHASES)
+    phases = [p for p in (after, before) if p in phase_table.names()] or list(phase_table.names())
     return sorted({port for p in phases for port in cfg.phase_ports(p)})
 
 
@@ -136,7 +129,7 @@ def run_handoff(run_dir: Path, settings: Handoff, gpus: list[int] | None, ports:
             try:
                 report.units = systemd.stop_units(list(settings.systemd_units), settings.deadline_s)
             except HandoffError as e:
-                report.units = (e.report or {}).get("units", [])
+                report.units = e.records if isinstance(e, systemd.UnitsNotStopped) else []
                 report.problems.append(str(e))
             rec["detail"] = f"{len(report.units)} unit(s)"
 
@@ -348,7 +341,7 @@ def _blockers(states: list[GpuState], holders: dict[int, Holder], listeners: lis
 
 def _write(run_dir: Path, report: HandoffReport) -> Path:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%f")
-    path = run_dir / REPORTS_DIRNAME / f"{stamp}-{report.label or 'handoff'}-{os.getpid()}.json"
+    path = RunLayout(run_dir).handoffs / f"{stamp}-{report.label or 'handoff'}-{os.getpid()}.json"
     report.path = str(path)
     atomic_write_json(path, report.to_dict())
     return path

@@ -31,9 +31,9 @@ from typing import Iterator
 
 from . import procfs
 from .errors import PipelineError
+from .layout import RunLayout
 
 LOCK_DIR_ENV = "EAGLE3_LOCK_DIR"
-RUN_LEASE_NAME = "run.lease"
 POLL_S = 0.2
 
 
@@ -47,9 +47,7 @@ def node_lock_dir() -> Path:
 
 
 def run_lease_path(run_dir: Path) -> Path:
-    from .services import state_dir_for
-
-    return state_dir_for(Path(run_dir).resolve()) / RUN_LEASE_NAME
+    return RunLayout(Path(run_dir).resolve()).lease
 
 
 def gpu_lease_path(gpu: int) -> Path:

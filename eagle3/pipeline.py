@@ -12,76 +12,43 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-import inspect
 import json
 import logging
 import shutil
-import os
 import time
 from pathlib import Path
-from typing import Callable
 
-from . import __version__, progress
-from .config import PHASES, PipelineConfig
+from . import __version__, phase_table, progress
+from .config import PipelineConfig
 from .errors import ConfigError
 from .fsio import atomic_write_json, read_json
 from .services import Supervisor
 
-# Resolved lazily so that importing the pipeline does not import every engine adapter.
-PHASE_FUNCTIONS = {
-    "datagen": "eagle3.phases.datagen:run_datagen",
-    "extract": "eagle3.phases.extract:run_extract",
-    "train": "eagle3.phases.train:run_train",
-    "bench": "eagle3.phases.bench:run_bench",
-}
-# Testing hook: EAGLE3_PHASE_OVERRIDES='{"train": "pkg.module:function"}' swaps a phase's body, so the
-# orchestration (caching, retries, handoffs, workers) can be exercised with instant phases.
-PHASE_FUNCTIONS.update(json.loads(os.environ.get("EAGLE3_PHASE_OVERRIDES", "{}")))
-UPSTREAM = {"datagen": None, "extract": "datagen", "train": "extract", "bench": "train"}
-
-Progress = Callable[[int, int], None]
 log = logging.getLogger("eagle3.pipeline")
 
 
-def select_phases(only: str | None = None, from_: str | None = None) -> list[str]:
-    for name, value in (("only", only), ("from", from_)):
-        if value is not None and value not in PHASES:
-            raise ConfigError(f"--{name}: unknown phase {value!r}; choose from {', '.join(PHASES)}")
-    if only and from_:
-        raise ConfigError("--only and --from cannot be combined; pick one")
-    if only:
-        return [only]
-    if from_:
-        return list(PHASES[PHASES.index(from_):])
-    return list(PHASES)
-
-
 def state_dir(cfg: PipelineConfig) -> Path:
-    return cfg.run_dir / "state"
+    return cfg.layout.state
 
 
 def supervisor(cfg: PipelineConfig) -> Supervisor:
-    gpu_sample = None
-    if cfg.gpus:
-        from .gpus import gpu_memory_sample  # NVML only where GPUs are configured
-
-        gpu_sample = gpu_memory_sample
-    return Supervisor(state_dir(cfg), gpu_sample=gpu_sample)
+    return Supervisor.for_run(cfg.run_dir, list(cfg.gpus))
 
 
 def _marker_path(cfg: PipelineConfig, phase: str) -> Path:
-    return state_dir(cfg) / f"{phase}.done.json"
+    return cfg.layout.done_marker(phase)
 
 
 def _started_path(cfg: PipelineConfig, phase: str) -> Path:
-    return state_dir(cfg) / f"{phase}.started.json"
+    return cfg.layout.started_marker(phase)
 
 
 def code_version(phase: str) -> str:
-    """Package version plus a hash of the phase module's source: editing a phase redoes it."""
-    module = PHASE_FUNCTIONS[phase].split(":")[0]
+    """Package version plus a hash of the phase module's source, recorded in the DONE marker for
+    the reader; not part of what makes a phase done (a code change does not redo finished
+    phases; `--force` does)."""
     try:
-        source = Path(importlib.import_module(module).__file__).read_bytes()
+        source = Path(importlib.import_module(phase_table.get(phase).module).__file__).read_bytes()
     except (ImportError, TypeError, OSError):
         source = b""
     return f"{__version__}+{hashlib.sha256(source).hexdigest()[:12]}"
@@ -91,12 +58,21 @@ def done_marker(cfg: PipelineConfig, phase: str) -> dict | None:
     return read_json(_marker_path(cfg, phase))
 
 
+def done_key(cfg: PipelineConfig, phase: str, upstream: str | None) -> str:
+    """What a DONE marker is valid for: the phase's config and the upstream output it consumed.
+    The Prefect cache key of a phase is this key (tasks/phases.py): the marker is the authority."""
+    return _key(cfg.fingerprint(phase), upstream)
+
+
+def _key(config: str | None, upstream: str | None) -> str:
+    return f"{config}-{upstream}"
+
+
 def is_done(cfg: PipelineConfig, phase: str) -> bool:
     marker = done_marker(cfg, phase)
-    if not marker or marker.get("config") != cfg.fingerprint(phase):
-        return False
-    up = UPSTREAM[phase]
-    return up is None or marker.get("upstream") == output_fingerprint(cfg, up)
+    up = phase_table.get(phase).upstream
+    current = output_fingerprint(cfg, up) if up else None
+    return bool(marker) and _key(marker.get("config"), marker.get("upstream")) == done_key(cfg, phase, current)
 
 
 def output_fingerprint(cfg: PipelineConfig, phase: str) -> str | None:
@@ -106,7 +82,7 @@ def output_fingerprint(cfg: PipelineConfig, phase: str) -> str | None:
 
 def require_upstream(cfg: PipelineConfig, phase: str) -> str | None:
     """Fingerprint of the finished upstream phase, or a clear error saying what to run first."""
-    up = UPSTREAM[phase]
+    up = phase_table.get(phase).upstream
     if up is None:
         return None
     if not is_done(cfg, up):
@@ -122,7 +98,7 @@ def clear_phase(cfg: PipelineConfig, phase: str) -> None:
 
 
 def run_phase(cfg: PipelineConfig, phase: str, sup: Supervisor | None = None, force: bool = False,
-              on_progress: Progress | None = None, force_token: str | None = None) -> dict:
+              on_progress: progress.ProgressFn | None = None, force_token: str | None = None) -> dict:
     """Run one phase to completion (resuming what a previous attempt left) and mark it done.
 
     `force` wipes the phase's output first, once per `force_token`: a retried run that already
@@ -142,15 +118,13 @@ def run_phase(cfg: PipelineConfig, phase: str, sup: Supervisor | None = None, fo
     resuming = _started_path(cfg, phase).exists()  # an earlier attempt left (partial) output
     atomic_write_json(_started_path(cfg, phase), {"upstream": upstream, "at": time.time()})
     sup = sup or supervisor(cfg)
-    module, func = PHASE_FUNCTIONS[phase].split(":")
-    fn = getattr(importlib.import_module(module), func)
-    kwargs = {"on_progress": on_progress} if "on_progress" in inspect.signature(fn).parameters else {}
+    fn = phase_table.get(phase).function()
     t0 = time.time()
     progress.emit(progress.Event(phase, progress.START, message="started, resuming what an earlier attempt left"
                                  if resuming else "started"))
     log.info("phase %s: starting (%s)", phase, "resuming a previous attempt" if resuming else "fresh")
     try:
-        summary = fn(cfg, sup, **kwargs)
+        summary = fn(cfg, sup, on_progress=on_progress)  # the phase contract (eagle3.phase_table.Phase.run)
     except BaseException as e:
         progress.emit(progress.Event(phase, progress.END, ok=False, message=progress.error_line(e)))
         raise

@@ -40,6 +40,7 @@ class Event:
 
 
 Sink = Callable[[Event], None]
+ProgressFn = Callable[[int, int], None]  # a phase's on_progress(done, total)
 _sinks: list[Sink] = []
 _lock = threading.RLock()
 
@@ -94,7 +95,7 @@ class PhaseProgress:
     """What a phase reports through. Called like the old on_progress(done, total), plus details;
     the caller's own on_progress(done, total) still gets exactly what it got before."""
 
-    def __init__(self, phase: str, on_progress: Callable[[int, int], None] | None = None, unit: str = ""):
+    def __init__(self, phase: str, on_progress: ProgressFn | None = None, unit: str = ""):
         self.phase, self.on_progress, self.unit = phase, on_progress, unit
 
     def __call__(self, done: int, total: int, **detail) -> None:

@@ -15,7 +15,7 @@ import threading
 import time
 from typing import Callable, Iterator
 
-from .config import PHASES
+from . import phase_table
 from .progress import END, NOTE, START, STEP, WAIT, Event, Tracker, describe, emit, fmt_duration, subscribed, watched_by
 
 INTERVAL_ENV = "EAGLE3_PROGRESS_INTERVAL_S"
@@ -136,9 +136,10 @@ class LiveDisplay(Display):
         with self.lock:
             # A row per pipeline phase seen so far, plus the run-level step in progress (the run's
             # server, the doctor, a handoff) while there is one.
-            views = [self.tracker.views[p] for p in PHASES if p in self.tracker.views]
+            phases = phase_table.names()
+            views = [self.tracker.views[p] for p in phases if p in self.tracker.views]
             current = self.tracker.current_view()
-            if current is not None and current.phase not in PHASES and current.finished_at is None:
+            if current is not None and current.phase not in phases and current.finished_at is None:
                 views.append(current)
             for v in views:
                 if v.total:

@@ -24,23 +24,22 @@ from pathlib import Path
 from typing import Iterator
 
 from . import procfs, progress
-from .config import PHASES, PipelineConfig
+from . import phase_table
+from .config import PipelineConfig
 from .fsio import atomic_write_json
 from .progress import END, PROGRESS, START, WAIT, Event, Tracker
-from .services import state_dir_for
+from .layout import RunLayout
 
-RUN_FILE = "run.json"
-PROGRESS_FILE = "progress.json"
 WRITE_EVERY_S = 1.0
 log = logging.getLogger("eagle3.runstate")
 
 
 def run_file(run_dir: Path) -> Path:
-    return state_dir_for(run_dir) / RUN_FILE
+    return RunLayout(run_dir).run_record
 
 
 def progress_file(run_dir: Path) -> Path:
-    return state_dir_for(run_dir) / PROGRESS_FILE
+    return RunLayout(run_dir).progress
 
 
 class StatusFile:
@@ -73,7 +72,7 @@ def resume_command(config_path: str, phases: list[str]) -> str:
     """The command that picks the run up again: finished phases are skipped, so the same
     selection of phases without --force (a forced phase that finished must not be redone)."""
     cmd = ["eagle3", "run", config_path]
-    if list(phases) != list(PHASES):
+    if list(phases) != list(phase_table.names()):
         cmd += ["--only", phases[0]] if len(phases) == 1 else ["--from", phases[0]]
     return shlex.join(cmd)
 
@@ -112,9 +111,10 @@ def recording(cfg: PipelineConfig, config_path: str, phases: list[str]) -> Itera
 
 def _failed_phase(tracker: Tracker) -> str | None:
     """The pipeline phase that was running (or ended failed) when the run failed."""
+    phases = phase_table.names()
     for name in reversed(list(tracker.views)):
         v = tracker.views[name]
-        if name in PHASES and (v.finished_at is None or v.ok is False):
+        if name in phases and (v.finished_at is None or v.ok is False):
             return name
-    return tracker.current if tracker.current in PHASES else None
+    return tracker.current if tracker.current in phases else None
 

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol
 
-from . import procfs
+from . import layout, procfs
 from .errors import CommandFailed, ServiceExited, ServiceHung, ServiceStartTimeout
 from .fsio import atomic_write_json, file_lock, read_json, tail
 from .terminate import KILL_WAIT_S
@@ -31,12 +31,7 @@ OWNER_ENV = "EAGLE3_OWNER_TOKEN"
 SERVICE_ENV = "EAGLE3_SERVICE_ID"
 POLL_S = 0.05
 LAUNCH_MARKER = "==> eagle3: launching "
-STATE_DIRNAME = "state"
-
-
-def state_dir_for(run_dir: Path) -> Path:
-    """Where a run dir keeps its registry and owner token; the handoff looks here too."""
-    return Path(run_dir) / STATE_DIRNAME
+state_dir_for = layout.state_dir  # the name the process layer's callers know it by
 
 
 # ---- registry ----------------------------------------------------------------------------------
@@ -86,12 +81,12 @@ class Registry:
 
     def __init__(self, state_dir: Path):
         self.state_dir = Path(state_dir)
-        self.path = self.state_dir / "services.json"
-        self.lock_path = self.state_dir / "services.lock"
+        self.path = self.state_dir / layout.REGISTRY
+        self.lock_path = self.state_dir / layout.REGISTRY_LOCK
         self.token = self._token()
 
     def _token(self) -> str:
-        path = self.state_dir / "owner-token"
+        path = self.state_dir / layout.OWNER_TOKEN
         with file_lock(self.lock_path):
             if not path.exists():
                 self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -437,6 +432,16 @@ class Supervisor:
         self.registry = Registry(state_dir)
         self.gpu_sample = gpu_sample
         self._live: dict[str, "Process"] = {}
+
+    @classmethod
+    def for_run(cls, run_dir: Path, gpus: list[int]) -> "Supervisor":
+        """The supervisor of a run dir; GPU samples (hang watchdog) only where GPUs are configured."""
+        gpu_sample = None
+        if gpus:
+            from .gpus import gpu_memory_sample  # NVML only where GPUs are configured
+
+            gpu_sample = gpu_memory_sample
+        return cls(layout.state_dir(run_dir), gpu_sample=gpu_sample)
 
     def launch(self, spec: LaunchSpec) -> "Process":
         spec.log.parent.mkdir(parents=True, exist_ok=True)

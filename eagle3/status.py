@@ -14,22 +14,22 @@ from datetime import datetime
 from pathlib import Path
 
 from . import lease, procfs
-from .config import PHASES, load_config
+from . import phase_table
+from .config import load_config
 from .errors import ConfigError
 from .fsio import read_json
-from .handoff import REPORTS_DIRNAME
 from .progress import PhaseView, describe, eta_left, fmt_bytes, fmt_duration
-from .runstate import progress_file, run_file
-from .services import Entry, state_dir_for
+from .layout import RunLayout
+from .services import Entry
 
 
 def resolve(target: Path) -> tuple[Path, str | None]:
     """(run dir, config path) from either a config file or a run dir that recorded its config."""
     target = Path(target)
     if target.is_dir():
-        record = read_json(run_file(target))
+        record = read_json(RunLayout(target).run_record)
         if record is None:
-            raise ConfigError(f"{target}: not a run dir of this pack (no {run_file(target).relative_to(target)}); "
+            raise ConfigError(f"{target}: not a run dir of this pack (no {RunLayout(target).run_record.relative_to(target)}); "
                               "give the pipeline config instead, or the run_dir it names")
         return target.resolve(), record.get("config_path")
     if not target.is_file():
@@ -49,7 +49,7 @@ def _process_state(pid: int | None, start_ticks: int | None) -> str:
 
 def _services(run_dir: Path, now: float) -> list[dict]:
     out = []
-    for raw in read_json(state_dir_for(run_dir) / "services.json", default=[]):
+    for raw in read_json(RunLayout(run_dir).registry, default=[]):
         e = Entry(**raw)
         ours = e.is_leader_alive_and_ours()
         out.append({"name": e.name, "phase": e.phase, "pid": e.pid, "gpus": e.gpus, "log": e.log,
@@ -59,7 +59,7 @@ def _services(run_dir: Path, now: float) -> list[dict]:
 
 
 def _last_handoff(run_dir: Path) -> dict | None:
-    reports = sorted((Path(run_dir) / REPORTS_DIRNAME).glob("*.json"))  # names start with a UTC timestamp
+    reports = sorted(RunLayout(run_dir).handoffs.glob("*.json"))  # names start with a UTC timestamp
     for path in reversed(reports):
         r = read_json(path)
         if r:
@@ -75,7 +75,7 @@ def _hidden_states(run_dir: Path, views: dict[str, PhaseView]) -> dict:
     if v is not None:
         written, expected = v.detail.get("bytes_written"), v.detail.get("bytes_expected")
     if written is None:
-        written = (read_json(Path(run_dir) / "extract" / "summary.json") or {}).get("total_bytes")
+        written = (read_json(RunLayout(run_dir).phase_dir("extract") / "summary.json") or {}).get("total_bytes")
     where = Path(run_dir)
     while not where.exists():
         where = where.parent
@@ -99,18 +99,19 @@ def _phase_info(phase: str, v: PhaseView | None, marker: dict | None, status: st
 def collect(run_dir: Path, config_path: str | None = None, now: float | None = None) -> dict:
     now = time.time() if now is None else now
     run_dir = Path(run_dir)
-    state = state_dir_for(run_dir)
-    record = read_json(run_file(run_dir))
-    prog = read_json(progress_file(run_dir)) or {}
+    layout = RunLayout(run_dir)
+    record = read_json(layout.run_record)
+    prog = read_json(layout.progress) or {}
     views = {k: PhaseView.from_dict(v) for k, v in (prog.get("phases") or {}).items()}
     status = record.get("status", "unknown") if record else "not started"
     process = _process_state(record.get("pid"), record.get("start_ticks")) if record else None
     if status == "running" and process != "alive":
         status = "died"  # SIGKILL, OOM killer, power loss: it never got to record an outcome
-    running = [p for p in PHASES if p in views and views[p].finished_at is None]
-    phases = {p: _phase_info(p, views.get(p), read_json(state / f"{p}.done.json"), status, now) for p in PHASES}
+    order = phase_table.names()
+    running = [p for p in order if p in views and views[p].finished_at is None]
+    phases = {p: _phase_info(p, views.get(p), read_json(layout.done_marker(p)), status, now) for p in order}
     current = running[-1] if running and status == "running" else None
-    report = run_dir / "bench" / "report.md"
+    report = layout.phase_dir("bench") / "report.md"
     return {
         "run_dir": str(run_dir), "config_path": (record or {}).get("config_path") or config_path,
         "name": (record or {}).get("name"), "status": status, "process": process,
@@ -122,7 +123,7 @@ def collect(run_dir: Path, config_path: str | None = None, now: float | None = N
         "eta_s": eta_left(views[current], now) if current else None, "phases_run": (record or {}).get("phases"),
         "activity": (views.get(prog.get("current")).to_dict() if prog.get("current") in views else None),
         "progress_updated_at": prog.get("updated_at"), "phases": phases, "services": _services(run_dir, now),
-        "last_handoff": _last_handoff(run_dir), "failures": read_json(state / "failures.json", default={}),
+        "last_handoff": _last_handoff(run_dir), "failures": read_json(layout.failures, default={}),
         "hidden_states": _hidden_states(run_dir, views), "report": str(report) if report.exists() else None,
         "now": now,
     }
@@ -154,13 +155,13 @@ def render(s: dict) -> str:
     rows.append(("state", state))
     rows.append(("held by", lease.describe(s["lease"]) if s["lease"] else "nobody (the run dir's lease is free)"))
     if s["current_phase"]:
-        order = s["phases_run"] or list(PHASES)
+        order = s["phases_run"] or list(phase_table.names())
         nth = f" ({order.index(s['current_phase']) + 1} of {len(order)})" if s["current_phase"] in order else ""
         rows.append(("phase", f"{s['current_phase']}{nth}, running for {fmt_duration(now - s['current_since'])}"
                               + (f", ETA {fmt_duration(s['eta_s'])}" if s["eta_s"] is not None and s["eta_s"] >= 0
                                  else "")))
     act = s["activity"]
-    if act and act["phase"] not in PHASES and act["finished_at"] is None and s["status"] == "running":
+    if act and act["phase"] not in phase_table.names() and act["finished_at"] is None and s["status"] == "running":
         rows.append(("now", f"{act['phase']}: {describe(PhaseView.from_dict(act), now)}"))
     if s["progress_updated_at"] and s["status"] == "running":
         rows.append(("updated", _ago(s["progress_updated_at"], now)))

@@ -17,6 +17,14 @@ from .errors import HandoffError
 STOPPED_STATES = {"inactive", "failed", "unknown"}
 
 
+class UnitsNotStopped(HandoffError):
+    """Some units did not stop; `records` has one record per unit, as stop_units returns them."""
+
+    def __init__(self, message: str, records: list[dict]):
+        super().__init__(message)
+        self.records = records
+
+
 def stop_units(units: list[str], timeout_s: float, systemctl: str | None = None) -> list[dict]:
     """Stop each unit; returns one record per unit. Raises HandoffError with every failure."""
     if not units:
@@ -47,5 +55,5 @@ def stop_units(units: list[str], timeout_s: float, systemctl: str | None = None)
         if not rec["ok"]:
             failures.append(rec["detail"])
     if failures:
-        raise HandoffError("could not stop systemd units: " + "; ".join(failures), {"units": records})
+        raise UnitsNotStopped("could not stop systemd units: " + "; ".join(failures), records)
     return records

@@ -12,10 +12,11 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
 from prefect.runtime import flow_run
 
-from eagle3.config import PHASES, load_config, remote_binds
+from eagle3 import phase_table
+from eagle3.config import load_config, remote_binds
 from eagle3.errors import GateError
 from eagle3.lease import LeaseBusy, hold
-from eagle3.pipeline import UPSTREAM, is_done, output_fingerprint, select_phases, state_dir, supervisor
+from eagle3.pipeline import is_done, output_fingerprint, supervisor
 from eagle3.progress_display import unattended_lines
 from eagle3.runstate import recording
 from tasks.artifact_keys import artifact_key
@@ -31,7 +32,8 @@ REPO = Path(__file__).resolve().parent.parent
 # Enumerated, so the parameter schema has an enum: the UI offers choices, and the server refuses a
 # flow run whose parameters are not among them when the run is created (deployments enforce the schema).
 # Parameter descriptions come from the flows' docstrings ("Args:"), which Prefect puts in the schema.
-Phase = Literal[PHASES]
+# Read when the flow is imported: a worker's flow-run process has its phase table by then.
+Phase = Literal[phase_table.names()]
 
 
 def _config_name(config_path: str | None) -> str:
@@ -53,9 +55,9 @@ def run_name(config_path: str | None, phases: list[str], force: list[str] | None
 def pipeline_run_name() -> str:
     p = flow_run.parameters or {}
     try:
-        phases = select_phases(p.get("only"), p.get("from_"))
+        phases = phase_table.select(p.get("only"), p.get("from_"))
     except Exception:  # noqa: BLE001 - validation reports bad phases; the name must not fail first
-        phases = list(PHASES)
+        phases = list(phase_table.names())
     return run_name(p.get("config_path"), phases, p.get("force"))
 
 
@@ -87,7 +89,7 @@ def teardown(flow, flow_run, state) -> None:
 def result_storage(cfg) -> Path:
     # Cached phase results live with the run dir: deleting a run forgets its cache too. A Path,
     # not an unsaved LocalFileSystem block: Prefect rejects unsaved blocks as task result storage.
-    return state_dir(cfg) / "prefect-results"
+    return cfg.layout.prefect_results
 
 
 def run_phases(config_path: str, phases: list[str], force: list[str], doctor: bool = True,
@@ -115,7 +117,7 @@ def _run_phases(cfg, config_path: str, phases: list[str], force: list[str], doct
     if doctor:
         preflight(config_path)
     for phase in phases:
-        up = UPSTREAM[phase]
+        up = phase_table.get(phase).upstream
         upstream = results[up]["fingerprint"] if up in results else (output_fingerprint(cfg, up) if up else None)
         forced = phase in force
         refresh = forced or not is_done(cfg, phase)  # a cache entry is only trusted while the output exists
@@ -153,5 +155,5 @@ def eagle3_pipeline(config_path: str, only: Phase | None = None, from_: Phase | 
         lease_wait_s: If another run holds the run dir or one of its GPUs, wait up to this many seconds
             for it, then fail naming it (0: fail at once).
     """
-    return run_phases(str(Path(config_path).resolve()), select_phases(only, from_), list(force or []), doctor,
+    return run_phases(str(Path(config_path).resolve()), phase_table.select(only, from_), list(force or []), doctor,
                       lease_wait_s)

@@ -8,5 +8,7 @@ import re
 
 
 def artifact_key(name: str, *parts: str) -> str:
-    # Prefect keys allow lowercase letters, digits and dashes only.
-    return re.sub(r"[^a-z0-9-]+", "-", "-".join((name, *parts)).lower()).strip("-")
+    # Prefect keys allow lowercase ASCII letters, digits and dashes only: a config name may hold
+    # '.', '_' and uppercase (tests/test_artifact_keys.py checks against Prefect's own validation).
+    key = re.sub(r"[^a-z0-9]+", "-", "-".join((name, *parts)).lower()).strip("-")
+    return key or "eagle3"

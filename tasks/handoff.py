@@ -10,7 +10,8 @@ from prefect.cache_policies import NO_CACHE
 
 from eagle3.config import load_config
 from eagle3.errors import HandoffError
-from eagle3.handoff import handoff_for_config, next_phase
+from eagle3.handoff import handoff_for_config
+from eagle3.phase_table import next_phase
 from eagle3.handoff_view import summary_line, to_markdown, to_text
 from tasks.artifact_keys import artifact_key
 
@@ -33,7 +34,7 @@ def gpu_handoff(config_path: str, after: str = "start", before: str | None = Non
     try:
         report = handoff_for_config(cfg, after=after, before=before or next_phase(after)).to_dict()
     except HandoffError as e:
-        if e.report is not None and hasattr(e.report, "to_dict"):
+        if e.report is not None:
             publish(cfg.name, e.report.to_dict(), logger)
         raise
     publish(cfg.name, report, logger)

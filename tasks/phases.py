@@ -10,16 +10,16 @@ from prefect.runtime import task_run
 from eagle3.config import load_config
 from eagle3 import failures, progress
 from tasks.artifact_keys import artifact_key
-from eagle3.pipeline import code_version, run_phase, state_dir
+from eagle3.pipeline import done_key, run_phase
 
 
 def phase_cache_key(context, parameters) -> str:
-    """Cross-run key: the phase's config, the upstream output it consumes, and the code version.
-    (Whether the output still exists is checked by the flow, which refreshes the cache if not.)"""
+    """The DONE marker's key (eagle3.pipeline.done_key): a cached result stands for exactly the
+    output a valid marker stands for, and the flow refreshes the cache whenever no valid marker
+    exists (deleted output, a redone upstream), so the cache never says "done" when the marker does not."""
     cfg = load_config(parameters["config_path"], check_files=False)
     phase = parameters["phase"]
-    return "-".join(["eagle3", cfg.name, phase, cfg.fingerprint(phase), str(parameters.get("upstream")),
-                     code_version(phase)])
+    return "-".join(["eagle3", cfg.name, phase, done_key(cfg, phase, parameters.get("upstream"))])
 
 
 def retry_if_transient(task, task_run, state) -> bool:
@@ -55,12 +55,12 @@ def phase_task(config_path: str, phase: str, upstream: str | None = None, force:
         with progress.subscribed(on_progress):
             marker = run_phase(cfg, phase, force=force, force_token=force_token)
     except Exception as exc:
-        if getattr(exc, "retryable", False) and failures.record(state_dir(cfg), phase, exc):
+        if getattr(exc, "retryable", False) and failures.record(cfg.run_dir, phase, exc):
             exc.repeated = True
             logger.error("phase %s failed twice the same way (%s): not retrying",
                          phase, failures.signature(exc).split(" ", 1)[1])
         raise
-    failures.clear(state_dir(cfg), phase)
+    failures.clear(cfg.run_dir, phase)
     update_progress_artifact(artifact_id=artifact_id, progress=100.0)
     summary = marker.get("summary", {})
     lines = "\n".join(f"| {k} | {v} |" for k, v in summary.items() if not isinstance(v, (dict, list)))

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import os
 
+from eagle3 import phase_table
 from eagle3.config import PipelineConfig
 from eagle3.errors import ConfigError
-
-SERVERS = ("datagen", "extract", "bench")
 
 
 def provide_api_keys(cfg: PipelineConfig) -> list[str]:
@@ -18,8 +17,7 @@ def provide_api_keys(cfg: PipelineConfig) -> list[str]:
     from prefect.blocks.system import Secret
 
     filled = []
-    for phase in SERVERS:
-        server = getattr(cfg, phase).server
+    for phase, server, _ in phase_table.servers(cfg):
         if server.api_key_secret_block:
             try:
                 block = Secret.load(server.api_key_secret_block)

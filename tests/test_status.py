@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from eagle3 import lease, progress
-from eagle3.config import PHASES
+from eagle3.phase_table import PIPELINE
 from eagle3.errors import GateError
 from eagle3.pipeline import supervisor
 from eagle3.progress import END, PROGRESS, START, Event
@@ -50,7 +50,7 @@ def test_a_run_in_progress_then_failed(tmp_path, make_config):
     now = time.time()
     proc = None
     with pytest.raises(GateError):
-        with lease.hold(cfg.run_dir), recording(cfg, str(config), list(PHASES)) as sink:
+        with lease.hold(cfg.run_dir), recording(cfg, str(config), [p.name for p in PIPELINE]) as sink:
             progress.emit(Event("datagen", START, at=now - 30))
             progress.emit(Event("datagen", PROGRESS, done=10, total=64, unit="samples", at=now - 10))
             progress.emit(Event("datagen", PROGRESS, done=30, total=64, unit="samples", detail={"tok_s": 99.5},
@@ -91,7 +91,7 @@ def test_a_run_whose_process_was_killed_is_reported_dead(tmp_path, make_config):
     gone = subprocess.run([PY, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     run_file(cfg.run_dir).parent.mkdir(parents=True)
     run_file(cfg.run_dir).write_text(json.dumps({
-        "name": cfg.name, "config_path": str(tmp_path / "config.yaml"), "phases": list(PHASES), "status": "running",
+        "name": cfg.name, "config_path": str(tmp_path / "config.yaml"), "phases": [p.name for p in PIPELINE], "status": "running",
         "pid": int(gone.stdout), "start_ticks": 1, "started_at": time.time() - 60,
         "resume": f"eagle3 run {tmp_path / 'config.yaml'}"}))
     out = status(cfg.run_dir).stdout

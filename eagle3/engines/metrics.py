@@ -1,4 +1,4 @@
-"""Speculative-decoding acceptance as the serving engine itself counts it (eagle3-tools.md §9).
+"""Speculative-decoding acceptance as the serving engine itself counts it.
 
 vLLM exposes monotonically increasing counters on /metrics (Prometheus text format, `_total`
 suffix, labels `engine` and `model_name`):
@@ -19,10 +19,10 @@ the server started (including warm-up), so it is only meaningful on a fresh serv
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import asdict, dataclass, field
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from ..errors import TransientError
 
@@ -32,11 +32,6 @@ DRAFT_TOKENS = PREFIX + "num_draft_tokens_total"
 ACCEPTED = PREFIX + "num_accepted_tokens_total"
 ACCEPTED_PER_POS = PREFIX + "num_accepted_tokens_per_pos_total"
 
-# name{labels} value [timestamp]; label values may hold escaped quotes, commas and braces.
-_SAMPLE = re.compile(r'^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>(?:[^"}]|"(?:[^"\\]|\\.)*")*)\})?'
-                     r'\s+(?P<value>\S+)(?:\s+\S+)?\s*$')
-_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
-_UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
 
 
 class MetricsError(TransientError):
@@ -51,22 +46,18 @@ class Sample:
 
 
 def parse_prometheus(text: str) -> list[Sample]:
-    """Samples of a Prometheus text exposition; comments, blank and malformed lines are skipped."""
+    """Samples of a Prometheus text exposition, parsed by prometheus_client; comments, blank and
+    malformed lines are skipped. Line by line: one bad line (an engine's plugin, a proxy's banner)
+    must not cost the counters, and the parser refuses a whole text for one bad line."""
     out = []
     for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        m = _SAMPLE.match(line)
-        if not m:
+        if not line.strip() or line.lstrip().startswith("#"):
             continue
         try:
-            value = float(m.group("value"))
+            families = list(text_string_to_metric_families(line + "\n"))
         except ValueError:
             continue
-        labels = {k: re.sub(r'\\[\\"n]', lambda x: _UNESCAPE[x.group(0)], v)
-                  for k, v in _LABEL.findall(m.group("labels") or "")}
-        out.append(Sample(m.group("name"), labels, value))
+        out += [Sample(s.name, dict(s.labels), float(s.value)) for f in families for s in f.samples]
     return out
 
 

@@ -54,18 +54,17 @@ from ..engines.serving import base_url, start_server
 from ..engines.speculative import acceptance_source, spec_args
 from ..errors import CommandFailed, ConfigError, GateError, TransientError
 from ..fsio import atomic_write_json, read_json
+from ..layout import RunLayout
 from ..openai_client import OpenAIClient, RetryPolicy
 from ..progress import PhaseProgress
 from ..prompts import load_prompts
 from ..promptsets import load_prompt_set
 from ..report import write_report
 from ..services import Process, Supervisor
-from . import ProgressFn
-from .datagen import _run as run_coroutine  # asyncio.run, also from inside a running event loop
+from . import ProgressFn, run_coroutine
 
 PHASE = "bench"
 SCHEMA = 1
-HISTORY_DIRNAME = "bench-history"
 WINDOW_ATTEMPTS = 3  # measurements of one window before foreign traffic fails the phase
 
 log = logging.getLogger("eagle3.bench")
@@ -77,7 +76,7 @@ class BenchPaths:
 
     @classmethod
     def of(cls, cfg: PipelineConfig) -> "BenchPaths":
-        return cls(cfg.phase_dir(PHASE), cfg.run_dir / HISTORY_DIRNAME)
+        return cls(cfg.phase_dir(PHASE), RunLayout(cfg.run_dir).bench_history)
 
     results = property(lambda self: self.dir / "results.json")
     report = property(lambda self: self.dir / "report.md")

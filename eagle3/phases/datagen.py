@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -38,7 +37,7 @@ from ..openai_client import (EndpointConfigError, InvalidResponse, OpenAIClient,
 from ..progress import PhaseProgress
 from ..prompts import Prompt, PromptSet, load_prompts
 from ..services import Process, Supervisor
-from . import ProgressFn, exclusive_phase_dir
+from . import ProgressFn, exclusive_phase_dir, run_coroutine
 
 PHASE = "datagen"
 SEED_POLICY = "seed + sha256(id)"  # recorded: per-id seeds keep a resumed row identical to an uninterrupted one
@@ -302,27 +301,6 @@ async def _generate(cfg: PipelineConfig, url: str, todo: list[Prompt], done_befo
                 stats.generation_s = time.monotonic() - t0
 
 
-def _run(coro) -> None:
-    """asyncio.run, also from a thread that already runs an event loop (e.g. an async flow)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    box: dict[str, BaseException] = {}
-
-    def target() -> None:
-        try:
-            asyncio.run(coro)
-        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
-            box["error"] = e
-
-    thread = threading.Thread(target=target, name="eagle3-datagen")
-    thread.start()
-    thread.join()
-    if "error" in box:
-        raise box["error"]
-
-
 def run_datagen(cfg: PipelineConfig, sup: Supervisor | None, on_progress: ProgressFn | None = None,
                 base_url: str | None = None) -> DatagenSummary:
     """Generate (or finish generating) the phase's samples; returns the summary, also written to summary.json.
@@ -368,7 +346,7 @@ def _run_locked(cfg: PipelineConfig, sup: Supervisor | None, paths: DatagenPaths
         report.step(f"generating {len(todo)} of {len(prompts.prompts)} samples at {endpoint} "
                     f"(concurrency {d.concurrency})")
         try:
-            _run(_generate(cfg, endpoint, todo, len(done_ids), paths, progress, proc,
+            run_coroutine(_generate(cfg, endpoint, todo, len(done_ids), paths, progress, proc,
                            lambda models: _write_manifest(paths, cfg, prompts, settings, endpoint, models), stats))
         finally:
             if proc is not None:

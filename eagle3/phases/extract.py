@@ -336,10 +336,7 @@ def run_extract(cfg: PipelineConfig, sup: Supervisor | None = None, on_progress:
                           "(`eagle3 run --only datagen`)")
     paths.dir.mkdir(parents=True, exist_ok=True)
     with exclusive_phase_dir(paths.lock, "extraction"):
-        if sup is None:
-            from ..pipeline import supervisor
-
-            sup = supervisor(cfg)
+        sup = sup or Supervisor.for_run(cfg.run_dir, list(cfg.gpus))
         report = PhaseProgress(PHASE, on_progress, unit="samples")
         return _run_locked(cfg, sup, paths, plan, samples, report, force, t0)
 

@@ -1,7 +1,7 @@
 """Real Prefect parts for the flow tests: one `prefect server start` per session (SQLite in an
 isolated PREFECT_HOME, loopback only, analytics off), the GPU pool and deployments created from
 deployments/prefect.yaml with `prefect deploy`, and one `prefect worker start` on that pool. Phases
-are the instant ones of noop_phases.py (through EAGLE3_PHASE_OVERRIDES in the worker's
+are the instant ones of noop_phases.py (through EAGLE3_PHASE_TABLE in the worker's
 environment, which its flow-run processes inherit).
 
 Every process here is started by the session, in its own process group, and stopped by that

@@ -30,7 +30,7 @@ PHASES = ("datagen", "extract", "train", "bench")
 
 def base_env() -> dict[str, str]:
     """This environment without any PREFECT_* from outside (the session must not touch a real server)."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_") and k != "EAGLE3_PHASE_OVERRIDES"}
+    return {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_") and k != "EAGLE3_PHASE_TABLE"}
 
 
 def stop_group(proc: subprocess.Popen, signals=((signal.SIGTERM, 20.0), (signal.SIGINT, 10.0),

@@ -1,4 +1,5 @@
-"""Instant stand-ins for the four phase bodies, swapped in through EAGLE3_PHASE_OVERRIDES so the
+"""Instant stand-ins for the four phase bodies (the phase table TABLE, selected through
+EAGLE3_PHASE_TABLE=noop_phases:TABLE or eagle3.phase_table.using) so the
 orchestration (caching, retries, handoffs, deployments, workers) is exercised for real without
 engines. Used by tests/flows/ and bench/flow_overhead_bench.py.
 
@@ -28,6 +29,7 @@ from pathlib import Path
 import yaml
 
 from eagle3.errors import GateError, TransientError
+from eagle3.phase_table import TABLE_ENV, with_runs
 from eagle3.progress import PhaseProgress
 from eagle3.services import LaunchSpec
 
@@ -35,14 +37,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchdata import synthetic_results  # noqa: E402
 
 TINY_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "tiny-cpu.yaml"
-OVERRIDES = {p: f"noop_phases:{p}" for p in ("datagen", "extract", "train", "bench")}
+TABLE = with_runs({p: f"noop_phases:{p}" for p in ("datagen", "extract", "train", "bench")})
 
 
 def overrides_env() -> dict[str, str]:
     """Environment that makes eagle3.pipeline use these phases (this dir must be importable)."""
     here = str(Path(__file__).resolve().parent)
     path = os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    return {"EAGLE3_PHASE_OVERRIDES": json.dumps(OVERRIDES), "PYTHONPATH": path}
+    return {TABLE_ENV: "noop_phases:TABLE", "PYTHONPATH": path}
 
 
 def free_port() -> int:

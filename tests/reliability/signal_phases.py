@@ -1,4 +1,4 @@
-"""A datagen phase body for the signal tests (swapped in through EAGLE3_PHASE_OVERRIDES): it launches
+"""A datagen phase body for the signal tests (the phase table TABLE, through EAGLE3_PHASE_TABLE): it launches
 a stand-in server through the pack's Supervisor, as the real phase does, whose process group has a
 SIGTERM-deaf worker, writes what it launched to <run_dir>/datagen/service.json, then blocks until
 the run is interrupted."""
@@ -10,6 +10,7 @@ import sys
 import time
 
 from eagle3 import procfs
+from eagle3.phase_table import with_runs
 from eagle3.services import LaunchSpec
 
 SERVICE = """
@@ -40,3 +41,6 @@ def datagen(cfg, sup, on_progress=None):
     tmp.replace(out / "service.json")
     while True:  # until the run is interrupted
         time.sleep(0.2)
+
+
+TABLE = with_runs({"datagen": "signal_phases:datagen"})

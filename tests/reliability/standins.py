@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from eagle3 import procfs
+from eagle3.phase_table import TABLE_ENV
 from tests.conftest import free_port, write_tiny_config
 
 HERE = Path(__file__).resolve().parent
@@ -111,12 +112,12 @@ def write_extract_inputs(cfg, n: int = 6, seq: int = 20, layers: int = 4, hidden
     return PreparedIndex.from_dict(index), Expect(layers, hidden, "float32")
 
 
-def eagle3_run_env(home: Path, overrides: dict | None = None) -> dict:
+def eagle3_run_env(home: Path, table: str | None = None) -> dict:
     from tests.flows.flowkit import base_env
 
     env = base_env() | {"PREFECT_HOME": str(home), "PYTHONPATH": pythonpath_with(HERE)}
-    if overrides:
-        env["EAGLE3_PHASE_OVERRIDES"] = json.dumps(overrides)
+    if table:  # module:ATTRIBUTE of a phase table in this folder
+        env[TABLE_ENV] = table
     return env
 
 

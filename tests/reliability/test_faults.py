@@ -180,7 +180,7 @@ def test_start_timeout_is_retried_then_fails_with_the_log_tail_when_it_repeats(t
 def test_signal_to_eagle3_run_stops_its_services_and_exits_130(tmp_path, prefect_home, sig):
     cfg = standin_config(tmp_path)
     service_file = cfg.phase_dir("datagen") / "service.json"
-    env = eagle3_run_env(prefect_home, {"datagen": "signal_phases:datagen"})
+    env = eagle3_run_env(prefect_home, "signal_phases:TABLE")
     with open(tmp_path / "out.txt", "w") as out, open(tmp_path / "err.txt", "w") as err:
         cli = subprocess.Popen([EAGLE3, "run", str(tmp_path / "config.yaml"), "--no-doctor"], env=env,
                                stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True, cwd=tmp_path)

@@ -57,7 +57,7 @@ def registry_entry(cfg, name: str):
 def test_second_run_on_the_same_config_is_refused_and_the_first_is_untouched(tmp_path, prefect_home):
     cfg = standin_config(tmp_path)
     config = tmp_path / "config.yaml"
-    env = eagle3_run_env(prefect_home, {"datagen": "signal_phases:datagen"})
+    env = eagle3_run_env(prefect_home, "signal_phases:TABLE")
     service_file = cfg.phase_dir("datagen") / "service.json"
     first = start_run(config, env, tmp_path, "--no-doctor", name="first")
     try:
@@ -130,7 +130,7 @@ def wait_for_steps(cfg, run: subprocess.Popen, log_dir: Path) -> None:
 def test_sigterm_during_training_gives_the_trainer_its_grace_and_a_rerun_resumes(tmp_path, prefect_home):
     cfg = trainer_config(tmp_path, save_s=4.0)  # the save takes 4 s, handoff.grace_s is 1 s
     config = tmp_path / "config.yaml"
-    env = eagle3_run_env(prefect_home, {"train": "real_train_phase:train"})
+    env = eagle3_run_env(prefect_home, "real_train_phase:TABLE")
     run = start_run(config, env, tmp_path, "--only", "train", "--no-doctor")
     try:
         wait_for_steps(cfg, run, tmp_path)
@@ -162,7 +162,7 @@ def test_the_next_handoff_stops_a_killed_run_s_trainer_with_the_trainer_s_grace(
     30 s recorded with the trainer, not handoff.grace_s (1 s), so the interrupt save completes."""
     cfg = trainer_config(tmp_path, save_s=4.0)
     config = tmp_path / "config.yaml"
-    run = start_run(config, eagle3_run_env(prefect_home, {"train": "real_train_phase:train"}), tmp_path,
+    run = start_run(config, eagle3_run_env(prefect_home, "real_train_phase:TABLE"), tmp_path,
                     "--only", "train", "--no-doctor")
     try:
         wait_for_steps(cfg, run, tmp_path)

@@ -1,0 +1,106 @@
+"""Every path under a run dir, named once.
+
+  <run_dir>/
+    <phase>/                 each phase's output (what the phase table says it produces)
+    bench-history/           every benchmark result kept across reruns
+    doctor/                  the doctor's engine probes and its last report
+    handoffs/                one JSON report per GPU handoff, named <UTC stamp>-<label>-<pid>.json
+    logs/                    run-level logs (the run's own Prefect server)
+    state/                   the run's bookkeeping, never a phase's output:
+      services.json, services.lock, owner-token   the supervised-process registry
+      run.lease                                   held by the live run (eagle3.lease)
+      run.json, progress.json                     what `eagle3 status` reads
+      <phase>.done.json, <phase>.started.json     the phase markers (eagle3.pipeline)
+      failures.json, failures.lock                failure signatures for the retry policy
+      doctor-cache.json                           the doctor's cached engine probes
+      prefect-results/                            the Prefect cache's stored phase results
+
+A Supervisor takes a state dir, not a run dir (tools that have no run dir give it a scratch
+folder), so the registry's file names are constants here too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+STATE = "state"
+REGISTRY = "services.json"
+REGISTRY_LOCK = "services.lock"
+OWNER_TOKEN = "owner-token"
+
+
+def state_dir(run_dir: Path) -> Path:
+    """Where a run dir keeps its registry and owner token; the handoff looks here too."""
+    return Path(run_dir) / STATE
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    root: Path
+
+    def __post_init__(self):
+        object.__setattr__(self, "root", Path(self.root))
+
+    @property
+    def state(self) -> Path:
+        return state_dir(self.root)
+
+    # ---- the state dir -------------------------------------------------------------------------
+    @property
+    def registry(self) -> Path:
+        return self.state / REGISTRY
+
+    @property
+    def lease(self) -> Path:
+        return self.state / "run.lease"
+
+    @property
+    def run_record(self) -> Path:
+        return self.state / "run.json"
+
+    @property
+    def progress(self) -> Path:
+        return self.state / "progress.json"
+
+    @property
+    def failures(self) -> Path:
+        return self.state / "failures.json"
+
+    @property
+    def failures_lock(self) -> Path:
+        return self.state / "failures.lock"
+
+    @property
+    def doctor_cache(self) -> Path:
+        return self.state / "doctor-cache.json"
+
+    @property
+    def prefect_results(self) -> Path:
+        return self.state / "prefect-results"
+
+    def done_marker(self, phase: str) -> Path:
+        return self.state / f"{phase}.done.json"
+
+    def started_marker(self, phase: str) -> Path:
+        return self.state / f"{phase}.started.json"
+
+    # ---- beside the phases ---------------------------------------------------------------------
+    def phase_dir(self, phase: str) -> Path:
+        return self.root / phase
+
+    @property
+    def handoffs(self) -> Path:
+        return self.root / "handoffs"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def doctor(self) -> Path:
+        return self.root / "doctor"
+
+    @property
+    def bench_history(self) -> Path:
+        return self.root / "bench-history"

@@ -1,0 +1,74 @@
+"""The import contract, read from the source (every import statement, lazy ones included):
+
+  - the core (eagle3/) never imports Prefect, flows/ or tasks/; the one exception is the CLI's
+    entry into the flow (`eagle3 run`), inside its function;
+  - a phase (eagle3/phases/) never imports the pipeline module that runs it;
+  - tasks/ never imports flows/ (a flow composes tasks, not the other way round).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CLI_FLOW_ENTRY = {("eagle3/cli.py", "flows.local_server"), ("eagle3/cli.py", "flows.pipeline")}
+
+
+def imports(path: Path, rel: Path | None = None) -> list[tuple[str, int, bool]]:
+    """(absolute module, line, at module level) of every import in the file (at `rel` in the repo)."""
+    package = list((rel or path.relative_to(REPO)).parts[:-1])  # a module's package; __init__'s own
+    tree = ast.parse(path.read_text(), str(path))
+    top = {id(n) for n in tree.body}
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(a.name, node.lineno, id(node) in top) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package[:len(package) - node.level + 1] if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
+            names = [f"{module}.{a.name}" for a in node.names] if not node.module else [module]
+            out += [(m, node.lineno, id(node) in top) for m in names]
+    return out
+
+
+def files(folder: str) -> list[Path]:
+    return sorted((REPO / folder).rglob("*.py"))
+
+
+def under(module: str, *roots: str) -> bool:
+    return any(module == r or module.startswith(r + ".") for r in roots)
+
+
+def test_the_core_never_imports_the_orchestrator():
+    bad = []
+    for path in files("eagle3"):
+        rel = str(path.relative_to(REPO))
+        for module, line, top in imports(path):
+            if not under(module, "prefect", "flows", "tasks"):
+                continue
+            if (rel, module) in CLI_FLOW_ENTRY and not top:
+                continue
+            bad.append(f"{rel}:{line} imports {module}")
+    assert not bad, "the core must stay Prefect-free:\n" + "\n".join(bad)
+
+
+def test_phases_never_import_the_pipeline_module():
+    bad = [f"{p.relative_to(REPO)}:{line} imports {m}" for p in files("eagle3/phases")
+           for m, line, _ in imports(p) if under(m, "eagle3.pipeline")]
+    assert not bad, "a phase is run by eagle3.pipeline; it must not import it back:\n" + "\n".join(bad)
+
+
+def test_tasks_never_import_flows():
+    bad = [f"{p.relative_to(REPO)}:{line} imports {m}" for p in files("tasks") for m, line, _ in imports(p)
+           if under(m, "flows")]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_checker_sees_relative_and_lazy_imports(tmp_path):
+    """The contract is only as good as the parser: a lazy relative import of the pipeline from a
+    phase, and a lazy Prefect import in the core, are both found."""
+    src = tmp_path / "probe.py"
+    src.write_text("def f():\n    from ..pipeline import supervisor\n    import prefect.flows\n")
+    found = imports(src, Path("eagle3/phases/probe.py"))
+    assert ("eagle3.pipeline", 2, False) in found and ("prefect.flows", 3, False) in found
