@@ -40,8 +40,8 @@ def _better_reference(cfg) -> tuple[str, dict]:
     return name, ref
 
 
-def test_the_benchmark_flow_fails_on_a_regression_naming_the_engine_change(prefect_server, tmp_path, monkeypatch):
-    from eagle3 import pipeline
+def test_the_benchmark_flow_fails_on_a_regression_naming_the_engine_change(prefect_server, tmp_path):
+    from eagle3 import phase_table, pipeline
     from flows.benchmark import eagle3_benchmark
 
     cfg = write_tiny_config(tmp_path, {"target": {"model": str(FIXTURES / "eagle3-tiny" / "target")}, "bench": {
@@ -54,9 +54,9 @@ def test_the_benchmark_flow_fails_on_a_regression_naming_the_engine_change(prefe
 
     # A rerun follows a finished pipeline: its first three phases here are the no-op stand-ins
     # (tests/flows/noop_phases.py), which leave the done markers the bench phase requires.
-    for phase in ("datagen", "extract", "train"):
-        monkeypatch.setitem(pipeline.PHASE_FUNCTIONS, phase, f"noop_phases:{phase}")
-        pipeline.run_phase(cfg, phase)
+    with phase_table.using(phase_table.with_runs({p: f"noop_phases:{p}" for p in ("datagen", "extract", "train")})):
+        for phase in ("datagen", "extract", "train"):
+            pipeline.run_phase(cfg, phase)
 
     state = eagle3_benchmark(config_path=str(tmp_path / "config.yaml"), doctor=False, return_state=True)
     assert state.is_failed(), state
