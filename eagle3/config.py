@@ -238,6 +238,30 @@ class HiddenStates(Strict):
     cache_max_bytes: int | None = Field(None, gt=0)
 
 
+class BenchWatch(Strict):
+    """Comparison of each benchmark result with the run dir's bench-history (eagle3/benchwatch.py)."""
+
+    enabled: bool = True
+    fail_on_regression: bool = True
+    # A figure beyond the noise is a regression only if it is also worse by more than this (percent).
+    acceptance_tolerance_pct: float = Field(3.0, ge=0)
+    speed_tolerance_pct: float = Field(10.0, ge=0)
+
+
+class BenchParity(Strict):
+    """Serve-parity gate: the drafter served on a sample of its training prompts must come close to
+    what training measured on them (eagle3/benchgates.py)."""
+
+    enabled: bool = True
+    prompts: int = Field(16, ge=1)  # spread evenly over the rows data generation used
+    # Measured (acceptance length - 1) must reach this share of training's expectation: a broken
+    # handover gives ~0; the sound fixture drafter, greedy on CPU, 0.35-0.41 (eagle3/benchgates.py).
+    min_fraction: float = Field(0.3, gt=0, le=1)
+    # Training's per-position validation accuracy (speculators' val/full_acc_i_epoch); unset: the
+    # train manifest's `val_full_acc` (recorded by a GPU run). Set it for a bench.drafter.
+    expected_full_acc: list[Annotated[float, Field(ge=0, le=1)]] | None = None
+
+
 class Bench(Strict):
     engine: Literal["vllm", "sglang"] = "vllm"
     server: Server
@@ -259,6 +283,10 @@ class Bench(Strict):
     drafter: FsPath | None = None
     drafter_trained: bool = True
     client_timeout_s: PositiveFloat = 3600.0  # one `vllm bench serve` / bench_serving invocation
+    # Gate (trained drafter, GPUs): the first draft position's acceptance must reach this (F4: ~0.15).
+    first_position_floor: float = Field(0.3, ge=0, le=1)
+    watch: BenchWatch = BenchWatch()
+    parity: BenchParity = BenchParity()
 
     @field_validator("num_speculative_tokens", "concurrency")
     @classmethod
@@ -321,10 +349,12 @@ class PipelineConfig(Strict):
     def fingerprint(self, section: str | None = None) -> str:
         """Stable hash of the whole config or of one section (secrets excluded). Left out too, so that
         adding them changed no existing fingerprint: where a key comes from, and allow_remote; neither
-        changes a phase's output."""
+        changes a phase's output; and the benchmark's checks, which re-judge its measurements."""
         server = {"allow_remote", "api_key_env", "api_key_secret_block"}
+        # The benchmark's checks (watch, parity, first-position floor) came later; left out likewise.
+        bench = {"server": server, "watch": True, "parity": True, "first_position_floor": True}
         data = self.model_dump(mode="json", exclude={"datagen": {"server": {"api_key", *server}},
-                                                     "extract": {"server": server}, "bench": {"server": server}})
+                                                     "extract": {"server": server}, "bench": bench})
         hs = data.pop("hidden_states")
         if section is not None:
             data = {"target": data["target"], section: data.get(section)}  # a phase may have no section
@@ -625,9 +655,11 @@ def _semantic_checks(cfg: PipelineConfig, source: str) -> list[str]:
                         "it must be a Hugging Face model dir")
     if why := file_problem(cfg.datagen.prompts):
         problems.append(f"{source}: datagen.prompts: {str(cfg.datagen.prompts)!r} {why}; give a JSONL prompt set file")
-    if cfg.bench.prompts is not None and (why := file_problem(cfg.bench.prompts)):
-        problems.append(f"{source}: bench.prompts: {str(cfg.bench.prompts)!r} {why}; give a JSONL prompt set file, "
-                        "or remove the key to benchmark on the prompts data generation held out")
+    # A saved dataset directory is a prompt set too (eagle3/promptsets.py).
+    if cfg.bench.prompts is not None and (why := file_problem(cfg.bench.prompts)) and dir_problem(cfg.bench.prompts):
+        problems.append(f"{source}: bench.prompts: {str(cfg.bench.prompts)!r} {why}; give a prompt set file (JSONL, "
+                        "JSON, parquet) or a saved dataset directory, or remove the key to benchmark on the prompts "
+                        "data generation held out")
     drafter = cfg.bench.drafter
     if drafter is not None and (
             why := dir_problem(drafter) or _prefixed("its config.json", file_problem(drafter / "config.json"))):
