@@ -54,7 +54,7 @@ from ..progress import PhaseProgress
 from ..prompts import load_prompts
 from ..report import write_report
 from ..services import Process, Supervisor
-from . import ProgressFn, run_coroutine
+from . import PhaseSummary, ProgressFn, run_coroutine
 
 PHASE = "bench"
 SCHEMA = 1
@@ -380,9 +380,9 @@ def _history_path(paths: BenchPaths, now: datetime) -> Path:
     return path
 
 
-def run_bench(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | None = None) -> dict:
+def run_bench(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | None = None) -> PhaseSummary:
     """Run (or finish) the benchmark; returns the summary. Raises GateError (not retryable, with the
-    summary as `.summary`) when a trained drafter's acceptance length is below
+    PhaseSummary as `.summary`) when a trained drafter's acceptance length is below
     bench.acceptance_floor, after writing everything."""
     b = cfg.bench
     paths = BenchPaths.of(cfg)
@@ -429,11 +429,15 @@ def run_bench(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | No
     history = _history_path(paths, datetime.fromisoformat(results["created_at"]))
     atomic_write_json(history, results)
     write_report(results, paths.report, paths.plot)
-    summary = {"results": str(paths.results), "report": str(paths.report), "plot": str(paths.plot),
+    details = {"results": str(paths.results), "report": str(paths.report), "plot": str(paths.plot),
                "history": str(history), "drafter": drafter["path"], "trained": drafter["trained"],
                "engine_version": results["engine_version"], "gate": results["gate"]["status"],
                "best_acceptance_length": results["gate"]["best_acceptance_length"],
                "best_k": results["best_k"], "table": results["table"]}
+    summary = PhaseSummary(str(paths.results), (
+        f"gate {details['gate']}, best acceptance length {details['best_acceptance_length']}, drafter "
+        f"{'trained' if drafter['trained'] else 'UNTRAINED'} -> {paths.report}"),
+        details)
     if results["gate"]["status"] == "failed":
         err = GateError(gate_error_text(results["gate"], str(paths.results)))
         err.summary = summary  # a regression still has its numbers to show (the flow publishes them)

@@ -40,7 +40,7 @@ from ..fsio import atomic_write_json, fsync_dir, read_json
 from ..progress import PhaseProgress
 from ..services import LaunchSpec, Supervisor
 from ..train_resume import INTERRUPTED, checkpoint_freq_allows_resume, finished_checkpoint, prepare_resume
-from . import ProgressFn
+from . import PhaseSummary, ProgressFn
 from .extract_manifest import ExtractManifest, manifest_path, read_extract_manifest
 from .train_log import follow_training
 
@@ -189,7 +189,9 @@ def gate_for_engine(cfg: PipelineConfig, source: Path, engine: str, aux_vllm: li
     return served, report
 
 
-def run_train(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | None = None) -> dict:
+def run_train(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | None = None) -> PhaseSummary:
+    """Train (or resume training) the drafter and gate it for the serving engine; details: the
+    manifest written beside the checkpoint."""
     prog = PhaseProgress(PHASE, on_progress, unit="epochs")
     paths = TrainPaths.of(cfg)
     ext = read_extract_manifest(cfg)
@@ -226,7 +228,10 @@ def run_train(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | No
     atomic_write_json(paths.manifest, manifest)
     if not dry:
         prog(manifest["epochs_completed"], total)
-    return manifest
+    return PhaseSummary(str(served), (
+        f"{manifest['status']}: checkpoint {served} (gated for {engine}, aux layer ids {report.aux_layer_ids} in the "
+        f"{manifest['aux_layer_ids_convention']} convention), epochs {manifest['epochs_completed']}/{total}, "
+        f"global step {manifest['global_step']}"), manifest)
 
 
 __all__ = ["run_train", "read_train_manifest", "TrainPaths", "TrainingStopped", "use_dry_run", "build_argv",

@@ -245,9 +245,10 @@ def test_extract_kill_resume_and_repair(extract_config, tmp_path):
     finally:
         sup.stop_all()
     run2_s = time.monotonic() - t1
-    assert summary.samples == n and summary.server_started and summary.prepared_reused
-    assert summary.kept_files == len(kept) and summary.redone_files == 2
-    assert summary.new_files == n - len(kept)
+    got = summary.details
+    assert got["samples"] == n and got["server_started"] and got["prepared_reused"]
+    assert got["kept_files"] == len(kept) and got["redone_files"] == 2
+    assert got["new_files"] == n - len(kept)
     after = snapshot(paths.hidden_states)
     assert sorted(after, key=lambda s: int(s[3:-12])) == [f"hs_{i}.safetensors" for i in range(n)]
     for name, ident in kept.items():
@@ -284,7 +285,8 @@ def test_extract_kill_resume_and_repair(extract_config, tmp_path):
 
     # A finished phase reruns without a server and without touching a file.
     again = run_extract(cfg, sup)
-    assert not again.server_started and again.kept_files == n and again.new_files == 0
+    got = again.details
+    assert not got["server_started"] and got["kept_files"] == n and got["new_files"] == 0
     assert snapshot(paths.hidden_states) == after
 
     # Later phases cannot silently use other layers, and changed settings are refused up front.

@@ -74,13 +74,13 @@ def test_cpu_rehearsal_dry_run_serves_and_trained_fixture_beats_it(tmp_path):
     try:
         trained_len, trained_texts = _measure(cfg, url)
         summary = run_datagen(cfg, None, base_url=url)
-        assert summary.samples == cfg.datagen.max_samples
+        assert summary.details["samples"] == cfg.datagen.max_samples
     finally:
         server.stop()
 
     # Phase 2 for real, then phase 3 without an accelerator: a dry run, marked UNTRAINED.
     run_extract(cfg, sup)
-    manifest = run_train(cfg, sup)
+    manifest = run_train(cfg, sup).details
     assert manifest == read_train_manifest(cfg)
     assert manifest["trained"] is False and manifest["status"].startswith("UNTRAINED")
     assert manifest["checkpoint"] == str(TrainPaths.of(cfg).dry_run)

@@ -277,7 +277,8 @@ def test_disk_full_during_extraction_is_a_clear_error_and_no_partial_file_passes
         f.unlink()  # space is freed; the rerun keeps the good files and redoes the half-written one
     kept = {i: (paths.hidden_states / f"hs_{i}.safetensors").stat().st_mtime_ns for i in (0, 1, 2)}
     summary = run_extract(cfg, supervisor(cfg))
-    assert (summary.samples, summary.kept_files, summary.redone_files, summary.new_files) == (6, 3, 1, 3)
+    got = summary.details
+    assert (got["samples"], got["kept_files"], got["redone_files"], got["new_files"]) == (6, 3, 1, 3)
     final = scan_dir(paths.hidden_states, index, expect)
     assert sorted(final.valid) == list(range(6)) and not final.invalid
     assert {i: (paths.hidden_states / f"hs_{i}.safetensors").stat().st_mtime_ns for i in (0, 1, 2)} == kept

@@ -314,7 +314,7 @@ def test_api_key_is_enforced_and_never_written_under_run_dir(tiny_model, make_co
         seen["registry"] = (state_dir_for(cfg.run_dir) / "services.json").read_text()
 
     summary = run_datagen(cfg, sup, on_progress=while_serving)
-    assert summary.samples == 4 and summary.complete
+    assert summary.details["samples"] == 4 and summary.details["complete"]
     assert seen and (seen["no key"], seen["wrong key"], seen["chat without key"]) == (401, 401, 401)
     assert seen["right key"] == 200
     assert seen["argv"] and not any(key in " ".join(a) for a in seen["argv"]), "the key is visible in ps"

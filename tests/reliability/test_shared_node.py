@@ -152,8 +152,8 @@ def test_sigterm_during_training_gives_the_trainer_its_grace_and_a_rerun_resumes
     assert json.loads(resumed) | {"adopted_from": None} == {"epoch": 0, "global_step": 179, "local_step": 179,
                                                               "adopted_from": None}
     marker = done_marker(cfg, "train")
-    assert any("renamed interrupted/ to 0/" in a for a in marker["summary"]["resume"]["actions"])
-    assert marker["summary"]["global_step"] == 180
+    assert any("renamed interrupted/ to 0/" in a for a in marker["summary"]["details"]["resume"]["actions"])
+    assert marker["summary"]["details"]["global_step"] == 180
     assert_nothing_left(prefect_home)
 
 
