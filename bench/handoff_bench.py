@@ -1,5 +1,5 @@
 """Handoff time after a clean CUDA service: the pack's handoff vs the operator's ritual (H1 of
-shared research field-notes.md), side by side on the same machine.
+docs/FACTS.md §8), side by side on the same machine.
 
 Each round starts the same CUDA service (tests/gpu/cuda_service.py: 4 GiB on GPU 0, idle), then
 times from "phase done" to "GPUs shown free":

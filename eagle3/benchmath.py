@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from .engines.metrics import SpecCounters, acceptance
 
-# What makes a trained drafter's acceptance collapse (field-notes.md F4/F7, eagle3-tools.md §5, §7, §12).
+# What makes a trained drafter's acceptance collapse (docs/FACTS.md §2, §7, §8 F4/F7).
 LIKELY_CAUSES = [
     "weights dropped at load: the engine silently skipped tensors it did not recognise (SGLang drops "
     "`layers.0.*` of a speculators checkpoint and runs a random decoder layer; check the server log for "

@@ -676,7 +676,7 @@ def _semantic_checks(cfg: PipelineConfig, source: str) -> list[str]:
     if cfg.extract.aux_layer_ids is None and layers is not None:
         default = default_aux_layer_ids(layers)
         if layers and (len(set(default)) != len(default) or not all(0 <= i < layers for i in default)):
-            # vLLM would silently de-duplicate them and die on a shape mismatch (vllm-cpu.md §4)
+            # vLLM would silently de-duplicate them and die on a shape mismatch (docs/FACTS.md §4)
             problems.append(f"{source}: extract.aux_layer_ids: unset, and the default (2, L//2, L-3) = {default} is not "
                             f"three distinct layers of this {layers}-layer target; set it explicitly "
                             f"(ids 0..{layers - 1}, e.g. {[max(0, layers - 3), max(0, layers - 2), layers - 1]})")

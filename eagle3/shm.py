@@ -18,7 +18,7 @@ from pathlib import Path
 
 from . import procfs
 
-# Names from gpu-handoff.md section 5. Anchored globs: "vllm*" does not match "my-vllm".
+# Names from docs/FACTS.md §6. Anchored globs: "vllm*" does not match "my-vllm".
 PATTERNS = (
     "nccl-*",                     # NCCL (nccl-XXXXXX, older nccl-shm-recv-/send-)
     "psm_*",                      # multiprocessing.shared_memory (vLLM shm_broadcast, SGLang)

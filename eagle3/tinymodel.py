@@ -31,7 +31,7 @@ REQUIRED_FILES = ("config.json", "generation_config.json", "model.safetensors", 
 @dataclass(frozen=True)
 class TinyModelSpec:
     # 8 layers keep vLLM's default aux layers (2, L//2, L-3) = (2, 4, 5) distinct; with 4 layers
-    # they collapse and an EAGLE-3 drafter gets the wrong fc input width (vllm-cpu.md §4).
+    # they collapse and an EAGLE-3 drafter gets the wrong fc input width (docs/FACTS.md §4).
     layers: int = 8
     hidden: int = 128
     ffn: int = 256

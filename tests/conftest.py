@@ -71,7 +71,7 @@ def tiny_model() -> Path:
 @pytest.fixture(scope="session")
 def tiny_constant_model() -> Path:
     """The tiny target with model.norm.weight zeroed: greedy decoding always emits token 0 (the
-    100 %-acceptance check of vllm-cpu.md §6)."""
+    100 %-acceptance check of docs/FACTS.md §5)."""
     if not engine_available():
         pytest.skip("engine venv missing: run `make engine-env`")
     from eagle3.tinymodel import TinyModelSpec, ensure_tiny_model

@@ -48,7 +48,7 @@ PHASE = "train"
 MANIFEST_SCHEMA = 1
 UNTRAINED = ("UNTRAINED: speculators train --dry-run (no accelerator); initialised weights, not a result - "
              "acceptance measured with it says nothing about a trained drafter")
-# SGLang's EAGLE-3 drafter has none of these options (eagle3-tools.md §5); train without them.
+# SGLang's EAGLE-3 drafter has none of these options (docs/FACTS.md §2); train without them.
 SGLANG_TRAIN_FLAGS = ["--no-norm-before-fc", "--no-norm-before-residual", "--no-norm-output"]
 
 

@@ -3,7 +3,7 @@
 Fast tests: prompt hold-out, the results table, speedups, best k, the gate, the report and plot,
 the load generator's command line. Slow tests run the phase against real vLLM CPU servers and the
 real `vllm bench serve`, and check every acceptance number against the server's own counters:
-  - the whole phase on the constant tiny target with the constant drafter (vllm-cpu.md §6),
+  - the whole phase on the constant tiny target with the constant drafter (docs/FACTS.md §5),
     baseline + k in {1, 3}, concurrency {1, 4}: 100 % acceptance and length exactly k + 1
     (3 servers); then the gate, re-judged on the saved measurements (no server);
   - an untrained (random) drafter: acceptance near 0 (1 server);
