@@ -326,7 +326,7 @@ def run_datagen(cfg: PipelineConfig, sup: Supervisor | None, on_progress: Progre
     progress = _Progress(report, len(prompts.prompts))
     progress(len(done_ids), force=True)
     stats = _Stats()
-    endpoint, model = base_url or server_url(d.server), cfg.target.served_name
+    endpoint = base_url or server_url(d.server)
 
     if todo:
         paths.summary.unlink(missing_ok=True)  # a summary means "the last run ended normally"
@@ -344,15 +344,21 @@ def run_datagen(cfg: PipelineConfig, sup: Supervisor | None, on_progress: Progre
             if proc is not None:
                 proc.stop()
 
-    samples = len(done_ids) + stats.new
-    progress(samples + stats.failed, force=True, stats=stats)
+    progress(len(done_ids) + stats.new + stats.failed, force=True, stats=stats)
+    return _finish(cfg, paths, prompts, len(done_ids), stats, endpoint, t_start)
+
+
+def _finish(cfg: PipelineConfig, paths: DatagenPaths, prompts: PromptSet, resumed: int, stats: _Stats,
+            endpoint: str, t_start: float) -> PhaseSummary:
+    """Write summary.json, then apply the failed-prompts gate."""
+    d = cfg.datagen
     summary = DatagenSummary(
-        samples=samples, total=len(prompts.prompts), new_samples=stats.new, resumed=len(done_ids),
+        samples=resumed + stats.new, total=len(prompts.prompts), new_samples=stats.new, resumed=resumed,
         failed=stats.failed, invalid_prompts=len(prompts.problems), prompt_tokens=stats.prompt_tokens,
         completion_tokens=stats.completion_tokens, retries=stats.retries,
         generation_s=round(stats.generation_s, 3), elapsed_s=round(time.monotonic() - t_start, 3),
         output_tok_s=round(stats.completion_tokens / stats.generation_s, 2) if stats.generation_s > 0 else 0.0,
-        endpoint=endpoint, model=model, output=str(paths.samples))
+        endpoint=endpoint, model=cfg.target.served_name, output=str(paths.samples))
     details = {**asdict(summary), "complete": summary.complete}
     atomic_write_json(paths.summary, details)
     missing = summary.total - summary.samples
