@@ -268,6 +268,30 @@ class Train(Strict):
                                                               "trainer hung.")
 
 
+class HiddenStates(Strict):
+    """Where training's hidden states come from (README "Hidden-state modes"). offline: phase 2
+    writes every sample's file, training reads them. online: phase 2 only prepares the data; the
+    train phase runs the extraction server on `server_gpus` and the trainer on `train_gpus` side by
+    side, the trainer asking for each sample's hidden states and deleting the file once loaded.
+    auto: offline when the estimated files fit the free disk under run_dir with `disk_margin` to
+    spare (and within extract.max_disk_bytes), else online."""
+    mode: Literal["auto", "offline", "online"] = Field("auto", description=(
+        "offline: phase 2 writes every sample's hidden-state file, training reads them. online: phase 2 only "
+        "prepares the data; training runs the extraction server beside the trainer, which deletes each file "
+        "once loaded. auto: offline when the estimated files fit the free disk under `run_dir` with "
+        "`disk_margin` to spare (and within `extract.max_disk_bytes`), else online."))
+    disk_margin: float = Field(0.10, ge=0, lt=1, description="Share of the free disk `auto` keeps spare.")
+    server_gpus: list[Annotated[int, Field(strict=True, ge=0)]] = Field(default_factory=list, description=(
+        "online: the extraction server's GPUs; disjoint from `train_gpus`, inside `gpus`, at least "
+        "`target.tensor_parallel_size`."))
+    train_gpus: list[Annotated[int, Field(strict=True, ge=0)]] = Field(default_factory=list, description=(
+        "online: the trainer's GPUs; disjoint from `server_gpus`, inside `gpus`."))
+    # Unset: 4 × (samples in flight) × the largest sample's bytes (eagle3/hs_mode.py).
+    cache_max_bytes: int | None = Field(None, gt=0, description=(
+        "online: most bytes of files the server wrote and the trainer has not yet loaded and deleted "
+        "(default: 4 × samples in flight × the largest sample's bytes)."))
+
+
 class Bench(Strict):
     engine: Literal["vllm", "sglang"] = Field("vllm", description="The engine benchmarked.")
     server: Server = Field(description="The benchmark's servers, one per k (`*.server` below).")
@@ -344,6 +368,8 @@ class PipelineConfig(Strict):
     train: Train = Field(Train(), description="Phase 3, drafter training (`train` below).")
     bench: Bench = Field(description="Phase 4, the benchmark (`bench` below).")
     handoff: Handoff = Field(Handoff(), description="The GPU handoff between phases (`handoff` below).")
+    hidden_states: HiddenStates = Field(HiddenStates(), description=(
+        "Where training's hidden states come from (`hidden_states` below; README \"Hidden-state modes\")."))
 
     @field_validator("gpus")
     @classmethod
@@ -374,8 +400,13 @@ class PipelineConfig(Strict):
         server = {"allow_remote", "api_key_env", "api_key_secret_block"}
         data = self.model_dump(mode="json", exclude={"datagen": {"server": {"api_key", *server}},
                                                      "extract": {"server": server}, "bench": {"server": server}})
+        hs = data.pop("hidden_states")
         if section is not None:
             data = {"target": data["target"], section: data.get(section)}  # a phase may have no section
+        # Left out while at its defaults, so that configs written before it keep their fingerprints;
+        # set, it is part of the phases whose output it shapes.
+        if hs != HiddenStates().model_dump(mode="json") and section in (None, "extract", "train"):
+            data["hidden_states"] = hs
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -525,7 +556,32 @@ def cross_checks(cfg: PipelineConfig) -> list[tuple[str, str]]:
                          f"{cfg.target.tensor_parallel_size} exceeds the {len(cfg.gpus)} GPUs listed in 'gpus'"))
     if not cfg.gpus and cfg.target.tensor_parallel_size != 1:
         problems.append(("target.tensor_parallel_size", "a CPU rehearsal (empty 'gpus') supports only 1"))
-    return problems + _managed_conflicts(cfg) + _bounds(cfg)
+    return problems + _managed_conflicts(cfg) + _bounds(cfg) + _online_gpu_sets(cfg)
+
+
+def _online_gpu_sets(cfg: PipelineConfig) -> list[tuple[str, str]]:
+    """The online step's two GPU sets: disjoint, inside `gpus`, the server's large enough for the
+    target's tensor parallelism. Empty both on a CPU rehearsal (both processes run on the CPU)."""
+    hs, problems = cfg.hidden_states, []
+    sets = (("hidden_states.server_gpus", hs.server_gpus), ("hidden_states.train_gpus", hs.train_gpus))
+    for where, ids in sets:
+        if len(set(ids)) != len(ids):
+            problems.append((where, f"GPU ids must be distinct, got {echo(ids)}"))
+        outside = sorted(set(ids) - set(cfg.gpus))
+        if outside:
+            problems.append((where, f"GPUs {outside} are not in 'gpus' {cfg.gpus}: the handoff proves only 'gpus' free; "
+                                    "list them there or remove them here"))
+    shared = sorted(set(hs.server_gpus) & set(hs.train_gpus))
+    if shared:
+        problems.append(("hidden_states.train_gpus", f"GPUs {shared} are also in hidden_states.server_gpus; the server "
+                                                     "and the trainer run at the same time and need disjoint sets"))
+    if hs.server_gpus and cfg.target.tensor_parallel_size > len(hs.server_gpus):
+        problems.append(("hidden_states.server_gpus", f"{len(hs.server_gpus)} GPU(s) for a target with "
+                                                      f"tensor_parallel_size {cfg.target.tensor_parallel_size}"))
+    if hs.mode == "online" and cfg.gpus and not (hs.server_gpus and hs.train_gpus):
+        problems.append(("hidden_states.mode", "online needs two GPU sets: set hidden_states.server_gpus and "
+                                               "hidden_states.train_gpus (disjoint subsets of 'gpus')"))
+    return problems
 
 
 def _managed_conflicts(cfg: PipelineConfig) -> list[tuple[str, str]]:

@@ -10,14 +10,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from . import procfs, progress
 from .config import PipelineConfig, default_aux_layer_ids, num_hidden_layers, remote_binds
-from .errors import CommandFailed, PipelineError
+from .errors import CommandFailed, ConfigError, PipelineError
 from .fsio import atomic_write_json, read_json
 from .layout import RunLayout, state_dir
 from .services import LaunchSpec, Supervisor
@@ -224,37 +223,24 @@ def check_gpus(cfg: PipelineConfig, backend=None) -> Check:
     return Check("gpus", PASS, f"GPUs {cfg.gpus} free (≤ {cfg.handoff.used_mib_threshold} MiB v2 used, no processes)")
 
 
-def estimate_hidden_state_bytes(cfg: PipelineConfig) -> tuple[int, str]:
-    """bytes/token = captured layers × hidden size × dtype bytes; tokens from phase 1 if done."""
-    mcfg = json.loads((cfg.target.model / "config.json").read_text())
-    text = mcfg.get("text_config") or mcfg
-    hidden = int(text.get("hidden_size", 0))
-    layers = len(cfg.extract.aux_layer_ids or [0, 0, 0]) + (1 if cfg.extract.include_last_layer else 0)
-    dtype = cfg.extract.hidden_states_dtype
-    if dtype == "auto":
-        dtype = cfg.target.dtype if cfg.target.dtype != "auto" else str(text.get("torch_dtype") or text.get("dtype") or "bfloat16")
-    width = 4 if "32" in dtype else 2
-    summary = read_json(cfg.phase_dir("datagen") / "summary.json") or {}
-    tokens = summary.get("prompt_tokens", 0) + summary.get("completion_tokens", 0)
-    basis = "phase-1 token counts"
-    if not tokens:
-        samples = cfg.datagen.max_samples or sum(1 for _ in open(cfg.datagen.prompts))
-        tokens = samples * min(cfg.extract.seq_length, cfg.datagen.sampling.max_tokens + 256)
-        basis = f"{samples} samples × up to {tokens // max(samples, 1)} tokens (phase 1 not run yet)"
-    return tokens * layers * hidden * width, f"{layers} layers × {hidden} × {width} B × {tokens} tokens ({basis})"
-
-
 def check_disk(cfg: PipelineConfig) -> Check:
-    need, how = estimate_hidden_state_bytes(cfg)
-    target = cfg.run_dir if cfg.run_dir.exists() else next(p for p in cfg.run_dir.parents if p.exists())
-    free = shutil.disk_usage(target).free
-    if cfg.extract.max_disk_bytes and need > cfg.extract.max_disk_bytes:
-        return Check("disk", FAIL, f"hidden states need ~{_gb(need)} ({how}), above extract.max_disk_bytes "
-                     f"{_gb(cfg.extract.max_disk_bytes)}", "raise the limit, or lower datagen.max_samples / extract.seq_length")
-    if need > free:
-        return Check("disk", FAIL, f"hidden states need ~{_gb(need)} ({how}); {target} has {_gb(free)} free",
-                     "free space or move run_dir to a larger volume")
-    return Check("disk", PASS, f"~{_gb(need)} needed for hidden states, {_gb(free)} free")
+    """The hidden-state mode decision (eagle3/hs_mode.py): the offline estimate, the free space
+    under run_dir and the choice; FAIL with both numbers when neither mode fits."""
+    from .hs_mode import NoModeFits, decide_now
+
+    try:
+        d = decide_now(cfg)
+    except NoModeFits as e:
+        return Check("disk", FAIL, str(e), "free disk under run_dir, or set hidden_states.server_gpus and "
+                     "hidden_states.train_gpus so that training can run online")
+    except ConfigError as e:  # the target's config says too little to estimate (its own check fails)
+        return Check("disk", WARN, f"cannot estimate the hidden states: {e}")
+    detail = (f"hidden states {d.line()}; estimate: {d.estimate}"
+              + ("" if d.mode == "offline" else f"; online cache bound {_gb(d.cache_bound)}"))
+    if d.mode == "offline" and d.offline_bytes > d.usable_bytes:
+        return Check("disk", FAIL, detail, "free space, move run_dir, raise extract.max_disk_bytes, or set "
+                     "hidden_states.mode to auto/online")
+    return Check("disk", PASS, detail)
 
 
 def check_shm(cfg: PipelineConfig, shm_dir: Path | None = None) -> Check:

@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from . import phase_table, procfs, progress, pycache, shm, systemd
+from . import hs_mode, phase_table, procfs, progress, pycache, shm, systemd
 from .phase_table import next_phase
 from .config import Handoff, PipelineConfig
 from .errors import HandoffError, PipelineError
@@ -58,6 +58,7 @@ class HandoffReport:
     stuck: list[dict] = field(default_factory=list)  # owned processes that survived SIGKILL
     ports: list[dict] = field(default_factory=list)
     shm: dict = field(default_factory=dict)
+    hs_cache_bytes_removed: int = 0
     pycache: dict = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     path: str = ""
@@ -167,6 +168,11 @@ def run_handoff(run_dir: Path, settings: Handoff, gpus: list[int] | None, ports:
                     rec["detail"] = f"{len(holders)} holder(s), {len(ended)} owned ended"
                 except PipelineError:
                     pass  # the verification loop below reports NVML errors
+
+        with step("hidden-state cache") as rec:  # an online train step's files: no reader outlives it
+            removed = hs_mode.purge_cache(hs_mode.online_cache_dir(run_dir))
+            report.hs_cache_bytes_removed = removed
+            rec["detail"] = f"{removed} bytes removed"
 
         with step("/dev/shm") as rec:
             result = shm.purge(settings.shm_dir)

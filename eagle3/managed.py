@@ -51,6 +51,7 @@ TRAIN_FLAGS = {
     ("--data-path", "--hidden-states-path"): "the extract phase's output",
     ("--save-path",): "run_dir (train/checkpoints)",
     ("--on-missing",): "the pack (a sample without hidden states is an error)",
+    ("--vllm-endpoint",): "hidden_states.mode online (the co-scheduled extraction server)",
     ("--target-layer-ids",): "extract.aux_layer_ids",
     ("--epochs",): "train.epochs",
     ("--lr",): "train.lr",

@@ -163,4 +163,6 @@ def servers(cfg) -> list[tuple[str, object, str]]:
 def ports(cfg, phase: str) -> list[int]:
     """The ports that must be free around `phase`: its server's, and the handoff's extra ports."""
     own = [section.port for name, section, _ in servers(cfg) if name == phase]
+    if phase == "train" and cfg.hidden_states.mode != "offline":
+        own.append(cfg.extract.server.port)  # the online train step serves hidden states from extract's server
     return own + list(cfg.handoff.extra_ports)

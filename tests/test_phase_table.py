@@ -21,7 +21,10 @@ def test_derived_views_follow_the_table(make_config):
     assert [phase_table.next_phase(p) for p in ("start", "datagen", "bench")] == ["datagen", "extract", None]
     assert phase_table.select(from_="train") == ["train", "bench"] and phase_table.select(only="extract") == ["extract"]
     assert [p for p, _, _ in phase_table.servers(cfg)] == ["datagen", "extract", "bench"]
-    assert cfg.phase_ports("train") == list(cfg.handoff.extra_ports)
+    # train serves nothing offline; under auto/online its step may run extract's server
+    assert cfg.phase_ports("train") == [cfg.extract.server.port, *cfg.handoff.extra_ports]
+    offline = make_config({"hidden_states": {"mode": "offline"}}, check_files=False)
+    assert offline.phase_ports("train") == list(offline.handoff.extra_ports)
     assert cfg.phase_ports("bench")[0] == cfg.bench.server.port
     with phase_table.using((*PIPELINE, EXTRA)):
         assert phase_table.names()[-1] == "lint" and phase_table.next_phase("bench") == "lint"

@@ -16,8 +16,11 @@ class PortBusy(PipelineError):
 
 
 def start_server(sup: Supervisor, cfg: PipelineConfig, phase: str, engine: str, server: Server,
-                 extra_args: list[str] = (), env: dict[str, str] | None = None) -> Process:
-    """Launch, then block until ready (or raise a retryable ServiceError with the log tail)."""
+                 extra_args: list[str] = (), env: dict[str, str] | None = None, gpus: list[int] | None = None,
+                 served_name: str | None = None) -> Process:
+    """Launch, then block until ready (or raise a retryable ServiceError with the log tail).
+    `gpus` (default: all of cfg.gpus) and `served_name` (default: target.served_name) serve the
+    online train phase, whose server shares the node with the trainer."""
     busy = procfs.listening_ports({server.port})
     if busy:
         raise PortBusy(f"{phase}: port {server.port} ({server.host}) is already in use ({busy[server.port]}) before "
@@ -28,11 +31,12 @@ def start_server(sup: Supervisor, cfg: PipelineConfig, phase: str, engine: str, 
     log = cfg.phase_dir(phase) / "logs" / f"{engine}-server.log"
     spec = LaunchSpec(
         name=f"{phase}-{engine}-server",
-        argv=adapter.serve_argv(engine_env, cfg.target, server, extra_args),
+        argv=adapter.serve_argv(engine_env, cfg.target.model_copy(update={"served_name": served_name})
+                                if served_name else cfg.target, server, extra_args),
         log=log,
         phase=phase,
         env={**engine_env.env, **adapter.serve_env(server), **(env or {})},
-        gpus=list(cfg.gpus),
+        gpus=list(cfg.gpus if gpus is None else gpus),
         stop_grace_s=server.stop_grace_s,
         hang_timeout_s=server.hang_timeout_s,
         secrets=[key] if key else [],

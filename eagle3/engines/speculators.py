@@ -72,20 +72,24 @@ def generate_offline_data_argv(env: EngineEnv, endpoint: str, preprocessed: Path
 def train_argv(env: EngineEnv, *, target: Path, data_path: Path, hidden_states_path: Path, save_path: Path,
                target_layer_ids: list[int], epochs: int, lr: float, total_seq_len: int,
                draft_vocab_size: int | None, ttt_steps: int, hidden_states_dtype: str, dry_run: bool,
-               nproc: int = 1, trust_remote_code: bool = False, extra_args: list[str] = ()) -> list[str]:
+               nproc: int = 1, trust_remote_code: bool = False, extra_args: list[str] = (),
+               vllm_endpoint: str | None = None) -> list[str]:
     """`speculators train` (one process) or `torchrun -m speculators.train` (one process per GPU).
 
     `target_layer_ids` are the extraction's aux ids WITHOUT the last layer (vllm convention).
     --on-missing raise: a sample without hidden states is an error, never a request to a server
     that is not there. Resume is the trainer's default (latest integer epoch dir under save_path;
     the phase deals with interrupted/). `ttt_steps` also sets the checkpoint's proposal length.
-    `extra_args` come last, so they override what is set here."""
+    `extra_args` come last, so they override what is set here. With `vllm_endpoint` (online mode):
+    --on-missing generate, so each sample's hidden states are requested from that extraction server,
+    written by it under `hidden_states_path` and deleted by the trainer once loaded."""
     args = ["--speculator-type", "eagle3",
             "--verifier-name-or-path", str(target),
             "--data-path", str(data_path),
             "--hidden-states-path", str(hidden_states_path),
             "--save-path", str(save_path),
-            "--on-missing", "raise",
+            *(["--on-missing", "generate", "--vllm-endpoint", vllm_endpoint] if vllm_endpoint else
+              ["--on-missing", "raise"]),
             "--target-layer-ids", *map(str, target_layer_ids),
             "--epochs", str(epochs),
             "--lr", repr(float(lr)),

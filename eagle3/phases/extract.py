@@ -47,10 +47,12 @@ from ..fsio import atomic_write_json, read_json
 from ..progress import PhaseProgress
 from ..services import LaunchSpec, Process, Supervisor, StopOutcome, stop_entry
 from . import PhaseSummary, ProgressFn
-from .extract_disk import DiskSpaceError, bytes_per_token, check_disk, estimate_from_samples, exact_estimate
+from .extract_disk import (HEADER_BYTES, DiskSpaceError, bytes_per_token, check_disk, estimate_from_samples,
+                           exact_estimate)
 from .extract_manifest import (CONVENTION, CONVENTION_NOTE, DTYPE_BYTES, FILE_PATTERN, ExtractManifest, LayerPlan,
                                extraction_dtype, read_extract_manifest, resolve_layer_plan, write_manifest)
 from .hs_files import HS_NAME, Expect, PreparedIndex, Scan, scan_dir
+from .. import hs_mode
 
 __all__ = ["run_extract", "read_extract_manifest", "ExtractManifest", "ExtractSummary", "ExtractPaths",
            "datagen_samples_path", "stop_leftovers"]
@@ -100,6 +102,8 @@ class ExtractSummary:
     elapsed_s: float
     manifest: str
     hidden_states_dir: str
+    mode: str = "offline"               # hidden_states mode this phase ran in
+    exact_estimated_bytes: int = 0      # the estimate from the prepared data (offline: vs total_bytes)
 
 
 # ---- settings a resume must match ----------------------------------------------------------------
@@ -186,7 +190,12 @@ def _command(cfg: PipelineConfig, paths: ExtractPaths, name: str, argv: list[str
 
 
 def _server_extra_args(cfg: PipelineConfig, plan: LayerPlan, dtype: str, paths: ExtractPaths) -> list[str]:
-    extra = hs_server.server_args(list(plan.layer_ids), paths.staging, cpu=cfg.cpu_rehearsal)
+    return extraction_server_args(cfg, list(plan.layer_ids), dtype, paths.staging)
+
+
+def extraction_server_args(cfg: PipelineConfig, layer_ids: list[int], dtype: str, storage: Path) -> list[str]:
+    """The extraction server's flags, for this phase and for the online train phase alike."""
+    extra = hs_server.server_args(layer_ids, storage, cpu=cfg.cpu_rehearsal)
     # Each request is a prepared sample (<= seq_length tokens) plus one generated token.
     if cfg.extract.seq_length + 1 > cfg.target.max_model_len:
         extra += ["--max-model-len", str(cfg.extract.seq_length + 1)]
@@ -337,14 +346,16 @@ def run_extract(cfg: PipelineConfig, sup: Supervisor | None = None, on_progress:
     paths.dir.mkdir(parents=True, exist_ok=True)
     sup = sup or Supervisor.for_run(cfg.run_dir, list(cfg.gpus))
     summary = _extract(cfg, sup, paths, plan, samples, PhaseProgress(PHASE, on_progress, unit="samples"), force, t0)
+    files = (f"{summary.samples} hidden-state files ({summary.kept_files} kept, {summary.new_files} new, "
+             f"{summary.redone_files} redone)" if summary.mode == "offline" else
+             f"{summary.samples} samples prepared, hidden states {summary.mode} (no files)")
     return PhaseSummary(summary.manifest, (
-        f"{summary.samples} hidden-state files ({summary.kept_files} kept, {summary.new_files} new, "
-        f"{summary.redone_files} redone), layers {summary.layer_ids} (vllm convention), {summary.total_tokens} "
-        f"tokens, {summary.total_bytes} bytes -> {summary.manifest}"), asdict(summary))
+        f"{files}, layers {summary.layer_ids} (vllm convention), {summary.total_tokens} tokens, "
+        f"{summary.total_bytes} bytes -> {summary.manifest}"), asdict(summary))
 
 
 def _extract(cfg: PipelineConfig, sup: Supervisor, paths: ExtractPaths, plan: LayerPlan, samples: Path,
-                report: PhaseProgress, force: bool, t0: float) -> ExtractSummary:
+             report: PhaseProgress, force: bool, t0: float) -> ExtractSummary:
     dtype = extraction_dtype(cfg)
     per_token = bytes_per_token(len(plan.layer_ids), plan.hidden_size, DTYPE_BYTES[dtype])
     settings = content_settings(cfg, plan, dtype, samples)
@@ -356,7 +367,11 @@ def _extract(cfg: PipelineConfig, sup: Supervisor, paths: ExtractPaths, plan: La
     estimate = estimate_from_samples(samples, cfg.extract.seq_length, per_token)
     present = sum(p.stat().st_size for p in paths.hidden_states.glob("hs_*.safetensors")) \
         if paths.hidden_states.is_dir() else 0
-    check_disk(estimate, present, paths.hidden_states, cfg.extract.max_disk_bytes)
+    # Offline or online (hidden_states.mode): from phase 1's counts now, from the exact prepared
+    # data below; files already written count as free space (they are part of the estimate).
+    decision = hs_mode.decide(cfg, estimate, hs_mode.free_bytes(paths.dir)[0] + present)
+    if decision.mode == "offline":
+        check_disk(estimate, present, paths.hidden_states, cfg.extract.max_disk_bytes)
     atomic_write_json(paths.settings, settings)  # from here on, outputs belong to these settings
     # The manifest vouches for a complete set; it is rewritten only after the final check.
     paths.manifest.unlink(missing_ok=True)
@@ -388,6 +403,14 @@ def _extract(cfg: PipelineConfig, sup: Supervisor, paths: ExtractPaths, plan: La
             _prepare(cfg, sup, ensure_server(), paths, samples)
         index = _index(cfg, sup, paths)
         exact = exact_estimate(index.num_samples, index.total_tokens, per_token)
+        largest = max(index.seq_len, default=0) * per_token + HEADER_BYTES
+        decision = hs_mode.decide(cfg, exact, hs_mode.free_bytes(paths.dir)[0] + present, largest)
+        progress.note(PHASE, f"hidden states {decision.line()}")
+        log.info("extract: hidden states %s", decision.line())
+        if decision.mode == "online":
+            # Nothing to write here: the train phase produces each sample's file on demand.
+            return _finish_online(cfg, paths, plan, dtype, samples, settings, index, estimate, decision,
+                                  server is not None, prepared_reused, t0)
         before = scan_dir(paths.hidden_states, index, expect)
         _clean_scan(paths, before)
         check_disk(exact, sum(b for b, _ in before.valid.values()), paths.hidden_states, cfg.extract.max_disk_bytes)
@@ -420,17 +443,8 @@ def _extract(cfg: PipelineConfig, sup: Supervisor, paths: ExtractPaths, plan: La
     if len(dtypes) != 1:
         raise GateError(f"hidden-state files disagree on dtype: {sorted(dtypes)}")
     total_bytes = sum(b for b, _ in after.valid.values())
-    token_freq = paths.prepared / "token_freq.pt"
-    manifest = ExtractManifest(
-        layer_ids=list(plan.layer_ids), aux_layer_ids=list(plan.aux_layer_ids), last_layer_id=plan.last_layer_id,
-        include_last_layer=plan.last_layer_id is not None, layer_id_convention=CONVENTION,
-        convention_note=CONVENTION_NOTE, layer_ids_source=plan.source, num_hidden_layers=plan.num_hidden_layers,
-        hidden_size=plan.hidden_size, dtype=dtypes.pop(), num_samples=index.num_samples,
-        total_tokens=index.total_tokens, total_bytes=total_bytes, seq_length=cfg.extract.seq_length,
-        prepared_data=str(paths.prepared), token_freq=str(token_freq) if token_freq.exists() else None,
-        hidden_states_dir=str(paths.hidden_states), file_pattern=FILE_PATTERN, target_model=str(cfg.target.model),
-        served_name=cfg.target.served_name, source_samples=str(samples), source_sha256=settings["source_sha256"],
-        settings_fingerprint=_fingerprint(settings), created_at=time.time())
+    manifest = _manifest(cfg, paths, plan, dtypes.pop(), samples, settings, index, total_bytes,
+                         str(paths.hidden_states), FILE_PATTERN, "offline", decision)
     manifest_file = write_manifest(cfg, manifest)
     kept = len(before.valid)
     summary = ExtractSummary(
@@ -439,6 +453,42 @@ def _extract(cfg: PipelineConfig, sup: Supervisor, paths: ExtractPaths, plan: La
         estimated_bytes=estimate.bytes, layer_ids=list(plan.layer_ids), dtype=manifest.dtype,
         server_started=server is not None, prepared_reused=prepared_reused,
         elapsed_s=round(time.monotonic() - t0, 3), manifest=str(manifest_file),
-        hidden_states_dir=str(paths.hidden_states))
+        hidden_states_dir=str(paths.hidden_states), mode="offline", exact_estimated_bytes=exact.bytes)
+    atomic_write_json(paths.summary, asdict(summary))
+    return summary
+
+
+def _manifest(cfg: PipelineConfig, paths: ExtractPaths, plan: LayerPlan, dtype: str, samples: Path, settings: dict,
+              index: PreparedIndex, total_bytes: int, hs_dir: str, pattern: str, mode: str,
+              decision: hs_mode.Decision) -> ExtractManifest:
+    token_freq = paths.prepared / "token_freq.pt"
+    return ExtractManifest(
+        layer_ids=list(plan.layer_ids), aux_layer_ids=list(plan.aux_layer_ids), last_layer_id=plan.last_layer_id,
+        include_last_layer=plan.last_layer_id is not None, layer_id_convention=CONVENTION,
+        convention_note=CONVENTION_NOTE, layer_ids_source=plan.source, num_hidden_layers=plan.num_hidden_layers,
+        hidden_size=plan.hidden_size, dtype=dtype, num_samples=index.num_samples,
+        total_tokens=index.total_tokens, total_bytes=total_bytes, seq_length=cfg.extract.seq_length,
+        prepared_data=str(paths.prepared), token_freq=str(token_freq) if token_freq.exists() else None,
+        hidden_states_dir=hs_dir, file_pattern=pattern, target_model=str(cfg.target.model),
+        served_name=cfg.target.served_name, source_samples=str(samples), source_sha256=settings["source_sha256"],
+        settings_fingerprint=_fingerprint(settings), created_at=time.time(), mode=mode, decision=decision.to_dict())
+
+
+def _finish_online(cfg: PipelineConfig, paths: ExtractPaths, plan: LayerPlan, dtype: str, samples: Path,
+                   settings: dict, index: PreparedIndex, estimate, decision: hs_mode.Decision, server_started: bool,
+                   prepared_reused: bool, t0: float) -> ExtractSummary:
+    """Online: the prepared data and the manifest (same layer ids, same convention) are this phase's
+    whole output; offline files an earlier offline attempt left are not trusted for training."""
+    shutil.rmtree(paths.hidden_states, ignore_errors=True)
+    cache = hs_mode.online_cache_dir(cfg.run_dir)
+    manifest = _manifest(cfg, paths, plan, dtype, samples, settings, index, 0, str(cache),
+                         "on demand: {request_id}.safetensors, deleted by the trainer once loaded", "online", decision)
+    manifest_file = write_manifest(cfg, manifest)
+    summary = ExtractSummary(
+        samples=index.num_samples, kept_files=0, new_files=0, redone_files=0, total_tokens=index.total_tokens,
+        total_bytes=0, estimated_bytes=estimate.bytes, layer_ids=list(plan.layer_ids), dtype=dtype,
+        server_started=server_started, prepared_reused=prepared_reused, elapsed_s=round(time.monotonic() - t0, 3),
+        manifest=str(manifest_file), hidden_states_dir=str(cache), mode="online",
+        exact_estimated_bytes=decision.offline_bytes)
     atomic_write_json(paths.summary, asdict(summary))
     return summary

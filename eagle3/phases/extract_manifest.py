@@ -124,6 +124,11 @@ class ExtractManifest:
     created_at: float
     schema: int = MANIFEST_SCHEMA
     extra: dict = field(default_factory=dict)
+    # "offline": every sample's file is in hidden_states_dir. "online": none is; the train phase
+    # runs the extraction server beside the trainer, which writes each into hidden_states_dir (the
+    # on-demand cache) and deletes it once loaded. Layer ids are recorded the same way in both.
+    mode: str = "offline"
+    decision: dict = field(default_factory=dict)  # eagle3.hs_mode.Decision: estimate, free disk, why
 
     @property
     def target_layer_ids(self) -> list[int]:

@@ -40,7 +40,7 @@ from ..fsio import atomic_write_json, fsync_dir, read_json
 from ..progress import PhaseProgress
 from ..services import LaunchSpec, Supervisor
 from ..train_resume import INTERRUPTED, checkpoint_freq_allows_resume, finished_checkpoint, prepare_resume
-from . import PhaseSummary, ProgressFn
+from . import PhaseSummary, ProgressFn, train_online
 from .extract_manifest import ExtractManifest, manifest_path, read_extract_manifest
 from .train_log import follow_training
 
@@ -98,6 +98,11 @@ def serving_engine(cfg: PipelineConfig) -> str:
     return cfg.bench.engine
 
 
+def trainer_gpus(cfg: PipelineConfig, ext: ExtractManifest) -> list[int]:
+    """All of `gpus`; online, only hidden_states.train_gpus (the server has the others)."""
+    return list(cfg.hidden_states.train_gpus if ext.mode == "online" else cfg.gpus)
+
+
 def build_argv(cfg: PipelineConfig, ext: ExtractManifest, save_path: Path, dry_run: bool) -> list[str]:
     env = cfg.engines.speculators
     if env is None:
@@ -109,15 +114,16 @@ def build_argv(cfg: PipelineConfig, ext: ExtractManifest, save_path: Path, dry_r
         total_seq_len=cfg.train.total_seq_len, draft_vocab_size=cfg.train.draft_vocab_size,
         ttt_steps=cfg.train.num_speculative_tokens,
         hidden_states_dtype="float32" if ext.dtype == "float32" else "bfloat16",
-        dry_run=dry_run, nproc=max(1, len(cfg.gpus)), trust_remote_code=cfg.target.trust_remote_code,
-        extra_args=extra)
+        dry_run=dry_run, nproc=max(1, len(trainer_gpus(cfg, ext))), trust_remote_code=cfg.target.trust_remote_code,
+        extra_args=extra, vllm_endpoint=train_online.endpoint(cfg) if ext.mode == "online" else None)
 
 
-def _launch(cfg: PipelineConfig, sup: Supervisor, argv: list[str], paths: TrainPaths, prog: PhaseProgress) -> None:
+def _launch(cfg: PipelineConfig, sup: Supervisor, argv: list[str], paths: TrainPaths, prog: PhaseProgress,
+            gpus: list[int] | None = None) -> None:
     env = cfg.engines.speculators
     spec = LaunchSpec(name="train-speculators", argv=argv, log=paths.log, phase=PHASE,
                       env={**env.env, "COLUMNS": "240"},  # rich wraps the trainer's log at the terminal width
-                      cwd=paths.dir, gpus=list(cfg.gpus), stop_grace_s=cfg.train.stop_grace_s,
+                      cwd=paths.dir, gpus=list(cfg.gpus if gpus is None else gpus), stop_grace_s=cfg.train.stop_grace_s,
                       hang_timeout_s=cfg.train.hang_timeout_s,
                       progress_paths=[paths.dir])  # checkpoints written count as progress, not only log lines
     paths.log.parent.mkdir(parents=True, exist_ok=True)
@@ -131,7 +137,7 @@ def _dry_run(cfg: PipelineConfig, sup: Supervisor, ext: ExtractManifest, paths: 
     staging = paths.dir / f".dry-run-{uuid.uuid4().hex[:8]}"
     prog.step("speculators train --dry-run (no accelerator): writing an initialised, UNTRAINED checkpoint")
     try:
-        _launch(cfg, sup, build_argv(cfg, ext, staging, dry_run=True), paths, prog)
+        _launch(cfg, sup, build_argv(cfg, ext, staging, dry_run=True), paths, prog, trainer_gpus(cfg, ext))
         if not (staging / "config.json").is_file() or not (staging / "model.safetensors").is_file():
             raise PipelineError(f"speculators train --dry-run exited 0 without writing config.json and "
                                 f"model.safetensors into {staging}; see {paths.log}")
@@ -157,7 +163,7 @@ def _train(cfg: PipelineConfig, sup: Supervisor, ext: ExtractManifest, paths: Tr
         prog.step(f"speculators train: {cfg.train.epochs} epoch(s) on {max(1, len(cfg.gpus))} process(es)"
                   + (f", resuming from {plan.latest.path}" if plan.latest else ""))
         try:
-            _launch(cfg, sup, build_argv(cfg, ext, save, dry_run=False), paths, prog)
+            _launch(cfg, sup, build_argv(cfg, ext, save, dry_run=False), paths, prog, trainer_gpus(cfg, ext))
         except CommandFailed as e:
             if (save / INTERRUPTED).is_dir():
                 raise TrainingStopped(f"training was stopped (exit code {e.returncode}); its interrupt checkpoint "
@@ -176,6 +182,30 @@ def _train(cfg: PipelineConfig, sup: Supervisor, ext: ExtractManifest, paths: Tr
     resume["epochs_completed"] = done.epoch + 1
     resume["global_step"] = done.global_step
     return done.path, resume
+
+
+_NO_RESUME = {"resume_from": None, "actions": [], "epochs_completed": 0, "global_step": 0}
+
+
+def _online(cfg: PipelineConfig, sup: Supervisor, ext: ExtractManifest, paths: TrainPaths, prog: PhaseProgress,
+            dry: bool) -> tuple[Path, dict, dict]:
+    """Online mode (train_online.py): the extraction server beside the trainer. A CPU rehearsal's
+    trainer can only --dry-run, which builds no data loader: before it, every sample goes through
+    speculators' own on-demand data path against the same server (engine_side/online_fetch.py)."""
+    t0 = time.monotonic()
+    fetched = None
+    with train_online.extraction_server(cfg, sup, ext) as (_server, guard):
+        if dry:
+            fetched = train_online.fetch_check(cfg, sup, ext, paths.dir / "online-fetch.json",
+                                               paths.dir / "logs" / "online-fetch.log")
+            source, resume = _dry_run(cfg, sup, ext, paths, prog), _NO_RESUME
+        else:
+            source, resume = _train(cfg, sup, ext, paths, prog)
+    extra = {"seconds": round(time.monotonic() - t0, 1), "server_gpus": list(cfg.hidden_states.server_gpus),
+             "train_gpus": list(cfg.hidden_states.train_gpus), "endpoint": train_online.endpoint(cfg),
+             "fetched_samples": len(fetched["samples"]) if fetched else None,
+             "fetch_samples_per_s": fetched["samples_per_s"] if fetched else None}
+    return source, resume, train_online.record(paths.dir / "online.json", guard.stats, extra)
 
 
 def gate_for_engine(cfg: PipelineConfig, source: Path, engine: str, aux_vllm: list[int],
@@ -203,9 +233,11 @@ def run_train(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | No
     if not dry:  # a dry run trains no epoch: its progress is the step it runs
         prog(0, total)
     t0 = time.time()
-    if dry:
-        source, resume = _dry_run(cfg, sup, ext, paths, prog), {"resume_from": None, "actions": [],
-                                                                   "epochs_completed": 0, "global_step": 0}
+    online = None
+    if ext.mode == "online":
+        source, resume, online = _online(cfg, sup, ext, paths, prog, dry)
+    elif dry:
+        source, resume = _dry_run(cfg, sup, ext, paths, prog), _NO_RESUME
     else:
         source, resume = _train(cfg, sup, ext, paths, prog)
     prog.step(f"checkpoint gate for {engine}")
@@ -223,7 +255,7 @@ def run_train(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | No
         "global_step": resume.get("global_step", 0), "resume": resume,
         "target_model": str(cfg.target.model), "extract_manifest": str(manifest_path(cfg)),
         "gate": report.to_dict(), "train_log": str(paths.log), "seconds": round(time.time() - t0, 1),
-        "created_at": time.time(),
+        "created_at": time.time(), "hidden_states_mode": ext.mode, "online": online,
     }
     atomic_write_json(paths.manifest, manifest)
     if not dry:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -55,7 +56,7 @@ def test_pack_log_records_reach_the_run_logs_at_info(bench_runs):
         assert ("eagle3.pipeline", 20, f"phase {phase}: starting (fresh)") in messages, messages
         assert any(n == "eagle3.pipeline" and m.startswith(f"phase {phase}: done in ") for n, _, m in messages)
     assert all(r.task_run_id for r in logs), "records are attached to their task run"
-    handoffs = [r.message for r in run_logs(run.id) if r.message.startswith("GPU handoff ")]
+    handoffs = [r.message for r in run_logs(run.id) if re.match(r"handoff [\w-]+-to-[\w-]+: GPUs free in ", r.message)]
     assert len(handoffs) == 5 and all("\n" not in m for m in handoffs), "one line per successful handoff"
 
 

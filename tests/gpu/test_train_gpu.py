@@ -43,7 +43,9 @@ def _engine_bin(tmp: Path) -> Path:
     bindir = tmp / "engine" / "bin"
     bindir.mkdir(parents=True)
     script = bindir / "speculators"
-    script.write_text(f"#!{ENGINE_PYTHON}\nimport sys\nfrom speculators.__main__ import app\nsys.exit(app())\n")
+    # The guard: data-loader workers are spawned, and re-import this script as their __main__.
+    script.write_text(f"#!{ENGINE_PYTHON}\nimport sys\nfrom speculators.__main__ import app\n"
+                      "if __name__ == '__main__':\n    sys.exit(app())\n")
     script.chmod(0o755)
     python = bindir / "python"  # a wrapper, not a symlink: a venv interpreter must be run by its own path
     python.write_text(f"#!/bin/sh\nexec {ENGINE_PYTHON} \"$@\"\n")

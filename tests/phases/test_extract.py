@@ -62,10 +62,10 @@ def write_phase1(cfg, n: int) -> Path:
 
 @pytest.fixture
 def extract_config(make_config, tiny_model):
-    def _make(extract: dict | None = None, **kw):
+    def _make(extract: dict | None = None, top: dict | None = None, **kw):
         return make_config({"target": {"model": str(tiny_model)},
                             "extract": {"server": {"port": free_port(), "startup_timeout_s": 600,
-                                                   "hang_timeout_s": 300}, **(extract or {})}}, **kw)
+                                                   "hang_timeout_s": 300}, **(extract or {})}, **(top or {})}, **kw)
     return _make
 
 
@@ -113,7 +113,8 @@ def test_default_layers_of_the_tiny_target(extract_config):
 
 
 def test_disk_limit_refuses_before_any_process(extract_config):
-    cfg = extract_config({"max_disk_bytes": 4096})
+    # forced offline: the limit refuses (auto would go online, tests/test_hs_mode.py)
+    cfg = extract_config({"max_disk_bytes": 4096}, top={"hidden_states": {"mode": "offline"}})
     write_phase1(cfg, 12)
     t0 = time.monotonic()
     with pytest.raises(ConfigError) as err:

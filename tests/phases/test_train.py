@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from eagle3.errors import ConfigError
-from eagle3.phases.train import SGLANG_TRAIN_FLAGS, build_argv, use_dry_run
+from eagle3.phases.train import SGLANG_TRAIN_FLAGS, build_argv, trainer_gpus, use_dry_run
 from eagle3.torch_pickle import TorchFileError, load_plain
 from eagle3.train_resume import (checkpoint_freq_allows_resume, finished_checkpoint, prepare_resume,
                                  scheduler_step)
@@ -162,6 +162,12 @@ class _Manifest:  # the fields of ExtractManifest that training reads
     hidden_states_dir = "/data/hs"
     target_layer_ids = [2, 4, 5]
     dtype = "bfloat16"
+    mode = "offline"
+
+
+class _OnlineManifest(_Manifest):
+    hidden_states_dir = "/run/train/hs-cache"
+    mode = "online"
 
 
 def test_trainer_argv(make_config, tmp_path):
@@ -175,6 +181,17 @@ def test_trainer_argv(make_config, tmp_path):
                  "--on-missing raise", "--hidden-states-dtype bfloat16", "--ttt-steps 3"):
         assert part in joined, part
     assert "--dry-run" not in argv and argv[-2:] == ["--optimizer", "adamw"]  # pass-through last: it wins
+
+
+def test_online_trainer_argv_asks_the_co_scheduled_server_and_uses_only_its_gpu_set(make_config, tmp_path):
+    cfg = make_config({"gpus": [0, 1, 2, 3], "hidden_states": {"mode": "online", "server_gpus": [0, 1],
+                                                               "train_gpus": [2, 3]}}, check_files=False)
+    argv = build_argv(cfg, _OnlineManifest(), tmp_path / "save", dry_run=False)
+    joined = " ".join(argv)
+    assert "--nproc-per-node 2" in joined  # the trainer's set, not all of gpus
+    assert f"--on-missing generate --vllm-endpoint http://127.0.0.1:{cfg.extract.server.port}/v1" in joined
+    assert "--hidden-states-path /run/train/hs-cache" in joined and "--on-missing raise" not in joined
+    assert trainer_gpus(cfg, _OnlineManifest()) == [2, 3] and trainer_gpus(cfg, _Manifest()) == [0, 1, 2, 3]
 
 
 def test_trainer_argv_multi_gpu_and_sglang(make_config, tmp_path):

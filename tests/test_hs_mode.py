@@ -1,0 +1,183 @@
+"""hidden_states.mode: the offline estimate, the free disk, and what `auto` chooses (no processes)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+
+from eagle3 import hs_mode
+from eagle3.config import ConfigError
+from eagle3.doctor import FAIL, PASS, check_disk
+from eagle3.phases.extract_disk import HEADER_BYTES, exact_estimate
+
+GIB = 2**30
+
+
+def gpu_cfg(make_config, **hs):
+    return make_config({"gpus": [0, 1, 2, 3, 4, 5, 6, 7], "hidden_states": hs}, check_files=False)
+
+
+def online_sets(**extra):
+    return {"server_gpus": [0, 1, 2, 3], "train_gpus": [4, 5, 6, 7], **extra}
+
+
+def test_plenty_of_disk_chooses_offline(make_config):
+    cfg = gpu_cfg(make_config, **online_sets())
+    d = hs_mode.decide(cfg, exact_estimate(rows=1000, tokens=10**6, per_token=1032), free=100 * GIB)
+    assert d.mode == "offline" and d.requested == "auto" and "it fits" in d.reason
+    assert d.offline_bytes == 10**6 * 1032 + 1000 * HEADER_BYTES
+
+
+def test_too_little_disk_chooses_online_with_a_bounded_cache(make_config):
+    cfg = gpu_cfg(make_config, **online_sets())
+    est = exact_estimate(rows=50_000, tokens=50_000 * 8192, per_token=4 * 4096 * 2 + 8)  # ~13 TB
+    largest = 8192 * (4 * 4096 * 2 + 8) + HEADER_BYTES  # a full 8K-token Llama-8B sample, ~268 MB
+    d = hs_mode.decide(cfg, est, free=2 * 2**40, largest_sample_bytes=largest)
+    assert d.mode == "online" and "offline does not fit" in d.reason
+    # 4 trainer ranks x (train + val loader) x 12 workers, 4x slack
+    assert d.cache_bound == 4 * (4 * 2 * 12) * largest
+    assert d.cache_bound < d.usable_bytes
+
+
+def test_the_margin_decides_near_the_edge(make_config):
+    cfg = gpu_cfg(make_config, **online_sets(disk_margin=0.2))
+    est = exact_estimate(rows=1, tokens=85 * 2**20, per_token=1024)  # 85 GiB + a header
+    assert hs_mode.decide(cfg, est, free=100 * GIB).mode == "online"   # 85 GiB > 80 % of 100 GiB
+    assert hs_mode.decide(cfg, est, free=110 * GIB).mode == "offline"  # 85 GiB <= 80 % of 110 GiB
+
+
+def test_margin_boundary_exactly(make_config):
+    cfg = gpu_cfg(make_config, **online_sets(disk_margin=0.2))
+    est = exact_estimate(rows=0, tokens=80 * 2**20, per_token=1024)  # exactly 80 GiB
+    assert hs_mode.decide(cfg, est, free=100 * GIB).mode == "offline"
+    assert hs_mode.decide(cfg, est, free=100 * GIB - 8).mode == "online"
+
+
+def test_too_little_of_both_fails_with_both_numbers(make_config):
+    cfg = gpu_cfg(make_config)  # no GPU sets: online cannot run
+    est = exact_estimate(rows=1000, tokens=10**9, per_token=1032)
+    with pytest.raises(hs_mode.NoModeFits) as err:
+        hs_mode.decide(cfg, est, free=500 * GIB)
+    msg = str(err.value)
+    assert isinstance(err.value, ConfigError)
+    assert f"offline needs {est.bytes} bytes" in msg and f"{500 * GIB} bytes" in msg
+    assert "hidden_states.server_gpus" in msg and "two GPU sets" in msg
+
+
+def test_online_cache_that_does_not_fit_either_fails(make_config):
+    cfg = gpu_cfg(make_config, **online_sets(cache_max_bytes=10 * GIB))
+    with pytest.raises(hs_mode.NoModeFits, match="online cache bound"):
+        hs_mode.decide(cfg, exact_estimate(rows=1, tokens=10**9, per_token=1032), free=5 * GIB)
+
+
+def test_forced_modes(make_config):
+    est_big = exact_estimate(rows=1, tokens=10**9, per_token=1032)
+    off = hs_mode.decide(gpu_cfg(make_config, mode="offline"), est_big, free=GIB)
+    assert off.mode == "offline" and off.reason.startswith("forced, though")
+    on = hs_mode.decide(gpu_cfg(make_config, mode="online", **online_sets()), exact_estimate(1, 10, 1032), free=100 * GIB)
+    assert on.mode == "online" and on.reason.startswith("forced")
+
+
+def test_cpu_rehearsal_can_go_online_and_max_disk_bytes_caps_the_usable_space(make_config):
+    cfg = make_config({"extract": {"max_disk_bytes": 10**9}}, check_files=False)
+    d = hs_mode.decide(cfg, exact_estimate(rows=10, tokens=2 * 10**6, per_token=1032), free=100 * GIB)
+    assert d.usable_bytes == 10**9 and d.mode == "online"
+
+
+def test_loader_workers_follow_extra_args():
+    assert hs_mode.loader_workers([]) == 12
+    assert hs_mode.loader_workers(["--num-workers", "3"]) == 3
+    assert hs_mode.loader_workers(["--num-workers=5", "--lr-x", "1"]) == 5
+
+
+@pytest.mark.parametrize("hs, field, words", [
+    ({"server_gpus": [0, 1], "train_gpus": [1, 2]}, "hidden_states.train_gpus", "also in hidden_states.server_gpus"),
+    ({"server_gpus": [0, 9], "train_gpus": [1]}, "hidden_states.server_gpus", "not in 'gpus'"),
+    ({"mode": "online"}, "hidden_states.mode", "two GPU sets"),
+])
+def test_gpu_sets_are_validated(make_config, hs, field, words):
+    with pytest.raises(ConfigError) as err:
+        make_config({"gpus": [0, 1, 2, 3], "hidden_states": hs}, check_files=False)
+    assert field in str(err.value) and words in str(err.value)
+
+
+def test_default_hidden_states_leave_fingerprints_unchanged(make_config):
+    plain = make_config(check_files=False)
+    forced = make_config({"hidden_states": {"mode": "online"}}, check_files=False)
+    assert plain.fingerprint("datagen") == forced.fingerprint("datagen")
+    assert plain.fingerprint("extract") != forced.fingerprint("extract")
+    assert plain.fingerprint("train") != forced.fingerprint("train")
+    data = plain.model_dump(mode="json", exclude={"extract": {"server": {"allow_remote", "api_key_env",
+                                                                           "api_key_secret_block"}}})
+    before = hashlib.sha256(json.dumps({"target": data["target"], "extract": data["extract"]},
+                                       sort_keys=True).encode()).hexdigest()[:16]
+    assert plain.fingerprint("extract") == before  # what it was before the section existed
+
+
+def test_online_train_phase_claims_the_extraction_port(make_config):
+    auto = make_config(check_files=False)
+    offline = make_config({"hidden_states": {"mode": "offline"}}, check_files=False)
+    assert auto.phase_ports("train")[:1] == [auto.extract.server.port]
+    assert offline.extract.server.port not in offline.phase_ports("train")
+
+
+# ---- the doctor -------------------------------------------------------------------------------------
+
+def test_doctor_prints_estimate_free_space_and_choice(make_config):
+    c = check_disk(make_config())
+    assert c.status == PASS and "offline (chosen by auto)" in c.reason
+    assert "free under run_dir" in c.reason and "B/token" in c.reason
+
+
+def test_doctor_fails_with_both_numbers_when_neither_mode_fits(make_config, monkeypatch):
+    cfg = make_config({"gpus": [0], "extract": {"seq_length": 8192}})
+    monkeypatch.setattr(hs_mode, "free_bytes", lambda run_dir: (4096, run_dir))
+    c = check_disk(cfg)
+    assert c.status == FAIL and "neither hidden-state mode fits" in c.reason
+    assert "offline needs" in c.reason and "4096 bytes (0.000 GiB) free" in c.reason and "two GPU sets" in c.reason
+
+
+# ---- the online cache guard (no server: files as the extraction server writes them) ------------------
+
+def test_cache_guard_stops_the_step_past_its_bound_and_removes_only_unlocked_orphans(tmp_path):
+    import fcntl
+    import os
+    import time
+
+    from eagle3.phases.train_online import CacheGuard
+
+    cache = tmp_path / "hs-cache"
+    cache.mkdir()
+    old = time.time() - 3600
+    orphan = cache / "req-1.safetensors"
+    orphan.write_bytes(b"x" * 1000)
+    os.utime(orphan, (old, old))
+    writing = cache / "req-2.safetensors"  # as old, but the server still holds its lock: kept
+    writing.write_bytes(b"y" * 700)
+    os.utime(writing, (old, old))
+    lock_fd = os.open(str(writing) + ".lock", os.O_CREAT | os.O_WRONLY, 0o644)
+    fcntl.flock(lock_fd, fcntl.LOCK_EX)
+    stopped = []
+    try:
+        guard = CacheGuard(cache, bound=500, on_exceeded=lambda: stopped.append(1), orphan_age_s=60)
+        guard.scan()
+    finally:
+        os.close(lock_fd)
+    assert not orphan.exists() and writing.exists() and guard.stats.orphans_removed == 1
+    assert stopped == [1] and "above its bound of 500 bytes" in guard.stats.exceeded
+    assert guard.stats.sampled_peak_bytes == 700 and guard.stats.sampled_peak_files == 1
+    guard.scan()
+    assert stopped == [1]  # stopped once
+
+
+def test_handoff_purges_the_online_cache(tmp_path):
+    from eagle3.config import Handoff
+    from eagle3.handoff import run_handoff
+
+    cache = hs_mode.online_cache_dir(tmp_path / "run")
+    cache.mkdir(parents=True)
+    (cache / "req-9.safetensors").write_bytes(b"z" * 1234)
+    report = run_handoff(tmp_path / "run", Handoff(shm_dir=tmp_path / "shm"), gpus=[], label="t")
+    assert report.ok and report.hs_cache_bytes_removed == 1234 and not cache.exists()
