@@ -61,7 +61,7 @@ WaitOption = typer.Option(0.0, "--wait", min=0, metavar="SECONDS",
 def _lease(stack: contextlib.ExitStack, run_dir: Path, gpus: list[int], wait_s: float) -> None:
     """Take the run dir's lease (and the GPUs') before anything else touches the run dir; a run
     that holds them already is named and nothing is started or stopped (exit 3)."""
-    from .lease import LeaseBusy, hold
+    from .process.lease import LeaseBusy, hold
 
     try:
         stack.enter_context(hold(run_dir, gpus, wait_s))
@@ -71,8 +71,8 @@ def _lease(stack: contextlib.ExitStack, run_dir: Path, gpus: list[int], wait_s: 
 
 def _recover(cfg, sup, ports: list[int] | None = None) -> None:
     """The run's first handoff: end what a dead earlier run of this run dir left, before the doctor."""
-    from .handoff import recovery_handoff
-    from .handoff_view import summary_line
+    from .handoff.core import recovery_handoff
+    from .handoff.view import summary_line
     from .progress import watched_by
     from .progress_display import Display
 
@@ -319,9 +319,9 @@ def handoff(config: Optional[Path] = typer.Argument(
     """Stop what the pipeline started, purge its stale state and prove the GPUs free; exit 1 if they are not,
     exit 3 if a live run holds the run dir (its services are its own to stop)."""
     from .config import Handoff, load_config as _load_unchecked
-    from .handoff import ports_for, run_handoff
+    from .handoff.core import ports_for, run_handoff
     from .phase_table import next_phase
-    from .handoff_view import renderable
+    from .handoff.view import renderable
 
     if config is None and run_dir is None:
         fail("give a CONFIG or --run-dir DIR (the run dir whose services the handoff stops)")
@@ -370,7 +370,7 @@ def gpus_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON inst
     """Show each NVIDIA GPU: v2 memory used/reserved/free, utilisation and the processes on it."""
     from rich.table import Table
 
-    from .gpus import NvmlBackend, NvmlUnavailable
+    from .handoff.gpus import NvmlBackend, NvmlUnavailable
 
     try:
         with NvmlBackend() as nv:

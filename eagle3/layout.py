@@ -8,7 +8,7 @@
     logs/                    run-level logs (the run's own Prefect server)
     state/                   the run's bookkeeping, never a phase's output:
       services.json, services.lock, owner-token   the supervised-process registry
-      run.lease                                   held by the live run (eagle3.lease)
+      run.lease                                   held by the live run (eagle3.process.lease)
       run.json, progress.json                     what `eagle3 status` reads
       <phase>.done.json, <phase>.started.json     the phase markers (eagle3.pipeline)
       <phase>.lock                                held while the phase runs (eagle3.phases.phase_lock)

@@ -23,7 +23,7 @@ from .config import PipelineConfig
 from .errors import ConfigError
 from .fsio import atomic_write_json, read_json
 from .phases import PhaseSummary, phase_lock
-from .services import Supervisor
+from .process.services import Supervisor
 
 log = logging.getLogger("eagle3.pipeline")
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from .config import DEFAULT_CONFIG, EngineEnv, load_config
 from .errors import ConfigError
 from .fsio import atomic_write_json, file_lock, read_json, swap_in_dir
-from .services import LaunchSpec, Supervisor
+from .process.services import LaunchSpec, Supervisor
 
 PACKAGE = Path(__file__).resolve().parent
 BUILDER = PACKAGE / "engine_side" / "make_tiny_model.py"

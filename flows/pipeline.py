@@ -15,7 +15,7 @@ from prefect.runtime import flow_run
 from eagle3 import phase_table
 from eagle3.config import load_config, remote_binds
 from eagle3.errors import GateError
-from eagle3.lease import LeaseBusy, hold
+from eagle3.process.lease import LeaseBusy, hold
 from eagle3.pipeline import is_done, output_fingerprint, supervisor
 from eagle3.progress_display import unattended_lines
 from eagle3.runstate import recording

@@ -158,9 +158,9 @@ def vllm_server(tiny_model, tmp_path_factory):
     session: ~50 s to start, ~3 GiB. It is configured as the datagen server of `.config` (on a free
     port). Teardown stops it and fails the session unless its whole process group is gone, the
     registry is empty and the port is closed."""
-    from eagle3 import procfs
+    from eagle3.process import procfs
     from eagle3.engines.serving import base_url, start_server
-    from eagle3.services import Supervisor, state_dir_for
+    from eagle3.process.services import Supervisor, state_dir_for
 
     cfg = write_tiny_config(tmp_path_factory.mktemp("vllm-server"), {"datagen": {"server": {"port": free_port()}}})
     sup = Supervisor(state_dir_for(cfg.run_dir))

@@ -53,7 +53,7 @@ from ..openai_client import OpenAIClient, RetryPolicy
 from ..progress import PhaseProgress
 from ..prompts import load_prompts
 from ..report import write_report
-from ..services import Process, Supervisor
+from ..process.services import Process, Supervisor
 from . import PhaseSummary, ProgressFn, run_coroutine
 
 PHASE = "bench"
@@ -364,7 +364,7 @@ def _server_key(cfg: PipelineConfig, k: int, drafter: dict, prompts: dict) -> st
 def _handoff(cfg: PipelineConfig, sup: Supervisor, after: str, before: str) -> dict:
     """The same proof as between phases: the previous server's processes gone, its port closed,
     and on a GPU node every configured GPU back to ~0 MiB, before the next server may load."""
-    from ..handoff import run_handoff
+    from ..handoff.core import run_handoff
 
     report = run_handoff(cfg.run_dir, cfg.handoff, list(cfg.gpus), cfg.phase_ports(PHASE),
                          label=f"bench-{_slug(after)}-to-{_slug(before)}", supervisor=sup)

@@ -36,7 +36,7 @@ from ..openai_client import (EndpointConfigError, InvalidResponse, OpenAIClient,
                              RetryPolicy)
 from ..progress import PhaseProgress
 from ..prompts import Prompt, PromptSet, load_prompts
-from ..services import Process, Supervisor
+from ..process.services import Process, Supervisor
 from . import PhaseSummary, ProgressFn, run_coroutine
 
 PHASE = "datagen"

@@ -38,7 +38,7 @@ from ..engines.speculators import train_argv
 from ..errors import CommandFailed, ConfigError, GateError, PipelineError, TransientError
 from ..fsio import atomic_write_json, fsync_dir, read_json
 from ..progress import PhaseProgress
-from ..services import LaunchSpec, Supervisor
+from ..process.services import LaunchSpec, Supervisor
 from ..train_resume import INTERRUPTED, checkpoint_freq_allows_resume, finished_checkpoint, prepare_resume
 from . import PhaseSummary, ProgressFn, train_online
 from .extract_manifest import ExtractManifest, manifest_path, read_extract_manifest

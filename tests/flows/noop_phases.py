@@ -32,7 +32,7 @@ from eagle3.errors import GateError, TransientError
 from eagle3.phase_table import TABLE_ENV, with_runs
 from eagle3.phases import PhaseSummary
 from eagle3.progress import PhaseProgress
-from eagle3.services import LaunchSpec
+from eagle3.process.services import LaunchSpec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchdata import synthetic_results  # noqa: E402

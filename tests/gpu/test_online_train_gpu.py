@@ -133,7 +133,7 @@ def _train(cfg, mode: str, manifest: dict) -> dict:
     """One uninterrupted run of the train phase; throughput from the epoch checkpoints' times."""
     from eagle3 import hs_mode
     from eagle3.phases.train import run_train
-    from eagle3.services import Supervisor, state_dir_for
+    from eagle3.process.services import Supervisor, state_dir_for
 
     sampler = CacheSampler(hs_mode.online_cache_dir(cfg.run_dir))
     sampler.start()
@@ -191,7 +191,7 @@ def test_online_stopped_with_sigterm_resumes(tmp_path):
     ends the stand-in server too) and rerun: the trainer resumes from its interrupt save."""
     from eagle3 import hs_mode
     from eagle3.phases.train import TrainingStopped, run_train
-    from eagle3.services import Supervisor, state_dir_for
+    from eagle3.process.services import Supervisor, state_dir_for
 
     cfg = _config(tmp_path / "resume", "online")
     _install_phase2(cfg, "online")

@@ -110,7 +110,7 @@ def _stop_mid_epoch(save: Path, sup, worker: threading.Thread, outcome: dict, de
 def test_train_stop_resume_gate(tmp_path):
     from eagle3.checkpoints import check_drafter
     from eagle3.phases.train import TrainingStopped, run_train
-    from eagle3.services import Supervisor, state_dir_for
+    from eagle3.process.services import Supervisor, state_dir_for
 
     cfg = _config(tmp_path)
     _install_phase2(cfg)

@@ -222,7 +222,7 @@ def test_rejected_prompt_logged_not_retried_and_gated(vllm_server, make_config, 
 def test_server_killed_mid_run_fails_retryable_then_rerun_completes(tiny_model, make_config):
     from tests.conftest import free_port
 
-    from eagle3 import procfs
+    from eagle3.process import procfs
     from eagle3.pipeline import supervisor
 
     # A smaller set than the 64 of the shared-server test: this one pays for two server starts.

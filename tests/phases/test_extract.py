@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from eagle3 import procfs
+from eagle3.process import procfs
 from eagle3.errors import ConfigError
 from eagle3.phases.extract import ExtractPaths, datagen_samples_path, run_extract, stop_leftovers
 from eagle3.phases.extract_disk import DiskSpaceError, check_disk, exact_estimate
 from eagle3.phases.extract_manifest import ManifestError, read_extract_manifest, resolve_layer_plan
 from eagle3.pipeline import state_dir, supervisor
-from eagle3.services import LaunchSpec, Supervisor
+from eagle3.process.services import LaunchSpec, Supervisor
 
 REPO = Path(__file__).resolve().parents[2]
 ENGINE_PYTHON = REPO / ".venv-engine" / "bin" / "python"

@@ -17,12 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from eagle3 import hs_mode, procfs
+from eagle3 import hs_mode
+from eagle3.process import procfs
 from eagle3.phases.extract import ExtractPaths, run_extract
 from eagle3.phases.extract_disk import HEADER_BYTES
 from eagle3.phases.extract_manifest import read_extract_manifest, resolve_layer_plan
 from eagle3.pipeline import state_dir, supervisor
-from eagle3.services import LaunchSpec, Supervisor
+from eagle3.process.services import LaunchSpec, Supervisor
 
 from tests.phases.test_extract import EAGLE3, extract_config, write_phase1  # noqa: F401 (fixture)
 

@@ -24,7 +24,7 @@ from eagle3.phases.datagen import run_datagen
 from eagle3.phases.extract import run_extract
 from eagle3.phases.train import TrainPaths, read_train_manifest, run_train
 from eagle3.prompts import load_prompts
-from eagle3.services import Supervisor, state_dir_for
+from eagle3.process.services import Supervisor, state_dir_for
 from tests.conftest import free_port, requires_engine, write_tiny_config
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "eagle3-tiny"

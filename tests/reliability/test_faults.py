@@ -23,17 +23,18 @@ from pathlib import Path
 
 import pytest
 
-from eagle3 import procfs, shm
+from eagle3.process import procfs
+from eagle3.handoff import shm
 from eagle3.config import Handoff
 from eagle3.engines.serving import PortBusy, start_server
 from eagle3.errors import CommandFailed, HandoffError, PipelineError, ServiceHung, ServiceStartTimeout
-from eagle3.handoff import handoff_for_config, run_handoff
+from eagle3.handoff.core import handoff_for_config, run_handoff
 from eagle3.phases.datagen import run_datagen
 from eagle3.phases.extract import ExtractPaths, run_extract
 from eagle3.phases.extract_disk import DiskSpaceError
 from eagle3.phases.hs_files import scan_dir
 from eagle3.pipeline import done_marker, supervisor
-from eagle3.services import LaunchSpec, Supervisor, state_dir_for
+from eagle3.process.services import LaunchSpec, Supervisor, state_dir_for
 from tests.conftest import REPO
 from tests.fakegpu import FakeGpuBackend
 from tests.procutil import LISTEN, PY, SLEEP, free_port, wait_until
@@ -61,7 +62,7 @@ while True: time.sleep(1)
 ORCHESTRATOR = """
 import sys, time
 from pathlib import Path
-from eagle3.services import LaunchSpec, Supervisor
+from eagle3.process.services import LaunchSpec, Supervisor
 state, log, port, code = sys.argv[1:5]
 sup = Supervisor(Path(state))
 p = sup.launch(LaunchSpec(name="extract-vllm-server", argv=[sys.executable, "-c", code, port], log=Path(log),

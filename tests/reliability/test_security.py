@@ -18,12 +18,12 @@ import pytest
 import yaml
 from pydantic import BaseModel, SecretStr, ValidationError
 
-from eagle3 import procfs
+from eagle3.process import procfs
 from eagle3.config import PipelineConfig, Server, load_config
 from eagle3.engines import benchclient, sglang, speculative, speculators, vllm
 from eagle3.engines.serving import base_url
 from eagle3.errors import ConfigError
-from eagle3.services import LaunchSpec, Supervisor, state_dir_for
+from eagle3.process.services import LaunchSpec, Supervisor, state_dir_for
 from tests.conftest import TINY_CONFIG, free_port, requires_engine, tiny_raw_config
 from tests.reliability.standins import fake_engine_venv, records, stub_model
 

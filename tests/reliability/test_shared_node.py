@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from eagle3 import procfs
+from eagle3.process import procfs
 from eagle3.fsio import atomic_write_json
-from eagle3.lease import lease_holder
+from eagle3.process.lease import lease_holder
 from eagle3.pipeline import done_marker, run_phase, state_dir, supervisor
-from eagle3.services import Registry, state_dir_for
+from eagle3.process.services import Registry, state_dir_for
 from tests.flows.flowkit import processes_with_home
 from tests.conftest import REPO, free_port, requires_engine, write_tiny_config
 from tests.procutil import wait_until

@@ -16,7 +16,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import procfs
+from ..process import procfs
 
 # Names from docs/FACTS.md §6. Anchored globs: "vllm*" does not match "my-vllm".
 PATTERNS = (
