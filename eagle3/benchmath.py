@@ -25,6 +25,18 @@ LIKELY_CAUSES = [
 ]
 
 
+# Why a drafter whose tokens are accepted is still slower than no speculation (docs/FACTS.md §8, F4).
+SLOWER_CAUSES = [
+    "low per-position acceptance (F4: ~15 % per draft token): each verify step pays for k draft tokens and "
+    "keeps few; look at the per-position column and at the serve-parity gate, which separates a handover "
+    "mismatch (vocabulary map, aux layers, export layout, chat template) from a weak drafter",
+    "auxiliary hidden-state capture or an attention path (e.g. MLA) that makes the target's verify step slow "
+    "with speculation: compare TPOT with and without the drafter at concurrency 1",
+    "k too large for the acceptance: a smaller k drafts less that is thrown away (see the best k per concurrency)",
+    "only high concurrencies measured: speculation pays least when the GPU is already busy; measure concurrency 1",
+]
+
+
 def _pool(windows: list[dict]) -> dict | None:
     """Acceptance over all measured windows of one server: summed counter deltas, formulas re-applied."""
     deltas = [SpecCounters.from_dict(w["delta"]) for w in windows if w.get("delta")]
@@ -85,13 +97,47 @@ def best_k(rows: list[dict]) -> dict[str, dict]:
     return dict(sorted(best.items(), key=lambda kv: int(kv[0])))
 
 
-def evaluate_gate(pooled_by_k: dict[int, dict | None], trained: bool, floor: float) -> dict:
+def speed_and_position_findings(pooled_by_k: dict[int, dict | None], best: dict[str, dict],
+                                first_position_floor: float) -> list[str]:
+    """What F4 looks like (docs/FACTS.md §8): no k faster than the baseline at any measured
+    concurrency, or the first draft position rarely accepted (the mean length of the best k hides
+    it: at 15 % per token, k=3 still gives ~1.45)."""
+    findings = []
+    if best and not any(b["beats_baseline"] for b in best.values()):
+        shown = ", ".join(f"c={c}: best k={b['k']} at {b['speedup']:.2f}x" for c, b in best.items())
+        findings.append(f"no k is faster than the baseline at any measured concurrency ({shown})")
+    first = {k: p["per_position"][0] for k, p in pooled_by_k.items() if p and p.get("per_position")}
+    if first and max(first.values()) < first_position_floor:
+        shown = ", ".join(f"k={k}: {100 * v:.1f} %" for k, v in sorted(first.items()))
+        findings.append(f"draft position 0 is accepted in under {100 * first_position_floor:.0f} % of drafts "
+                        f"({shown}; bench.first_position_floor)")
+    return findings
+
+
+def evaluate_gate(pooled_by_k: dict[int, dict | None], trained: bool, floor: float, best: dict[str, dict] | None = None,
+                  cpu_rehearsal: bool = False, first_position_floor: float = 0.0) -> dict:
     """The sanity gate. It judges the best acceptance length over k (it grows with k, so a sound
-    drafter clears the floor at its largest k even if k=1 is close to it). An untrained drafter is
-    reported, never failed: its acceptance is expected to be near zero."""
+    drafter clears the floor at its largest k even if k=1 is close to it), then, for a trained
+    drafter on GPUs, speed and per-position acceptance (speed_and_position_findings): either fails
+    it. On a CPU rehearsal, where speculation cannot pay, those findings are reported, not failed.
+    An untrained drafter is reported, never failed: its acceptance is expected to be near zero."""
     lengths = {k: (p or {}).get("acceptance_length") for k, p in pooled_by_k.items()}
     measured = {k: v for k, v in lengths.items() if v is not None}
-    best = max(measured.values()) if measured else None
+    best_length = max(measured.values()) if measured else None
+    findings = speed_and_position_findings(pooled_by_k, best or {}, first_position_floor) if trained else []
+    gate = _length_gate(lengths, best_length, trained, floor)
+    gate["findings"] = findings
+    if findings and gate["status"] == "passed" and not cpu_rehearsal:
+        gate.update(status="failed", passed=False, likely_causes=SLOWER_CAUSES + LIKELY_CAUSES,
+                    message=f"trained drafter on GPUs: {'; '.join(findings)} (best acceptance length "
+                            f"{best_length:.3f}, floor {floor})")
+    elif findings and gate["status"] == "passed":
+        gate["message"] += (f". Reported, not failed, on a CPU rehearsal (speculation cannot pay on CPU; on GPUs "
+                            f"this fails): {'; '.join(findings)}")
+    return gate
+
+
+def _length_gate(lengths: dict, best: float | None, trained: bool, floor: float) -> dict:
     gate = {"floor": floor, "trained": trained, "acceptance_length_by_k": {str(k): v for k, v in lengths.items()},
             "best_acceptance_length": best, "likely_causes": []}
     if not trained:

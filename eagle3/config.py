@@ -292,6 +292,36 @@ class HiddenStates(Strict):
         "(default: 4 × samples in flight × the largest sample's bytes)."))
 
 
+class BenchWatch(Strict):
+    """Comparison of each benchmark result with the run dir's bench-history (eagle3/benchwatch.py)."""
+
+    enabled: bool = Field(True, description="Compare each result with the run dir's bench history.")
+    fail_on_regression: bool = Field(True, description="A regression fails the phase (exit 1); false: only "
+                                                       "reported.")
+    # A figure beyond the noise is a regression only if it is also worse by more than this (percent).
+    acceptance_tolerance_pct: float = Field(3.0, ge=0, description=(
+        "An acceptance figure outside the history's noise is a regression only when also worse by more than "
+        "this many percent."))
+    speed_tolerance_pct: float = Field(10.0, ge=0, description=(
+        "The same for the speed figures (throughput, speedup)."))
+
+
+class BenchParity(Strict):
+    """Serve-parity gate: the drafter served on a sample of its training prompts must come close to
+    what training measured on them (eagle3/benchgates.py)."""
+
+    enabled: bool = Field(True, description="Serve the drafter on a sample of its training prompts and compare "
+                                            "with what training measured on them.")
+    prompts: int = Field(16, ge=1, description="Training prompts in the sample, spread evenly over the rows data "
+                                               "generation used.")
+    # A broken handover gives ~0; the sound fixture drafter, greedy on CPU, 0.35-0.41 (eagle3/benchgates.py).
+    min_fraction: float = Field(0.3, gt=0, le=1, description=(
+        "Measured (acceptance length - 1) must reach this share of training's expectation."))
+    expected_full_acc: list[Annotated[float, Field(ge=0, le=1)]] | None = Field(None, description=(
+        "Training's per-position validation accuracy (speculators' val/full_acc_i_epoch). Default: the train "
+        "manifest's `val_full_acc` (recorded by a GPU run); set it for a `bench.drafter`."))
+
+
 class Bench(Strict):
     engine: Literal["vllm", "sglang"] = Field("vllm", description="The engine benchmarked.")
     server: Server = Field(description="The benchmark's servers, one per k (`*.server` below).")
@@ -311,11 +341,18 @@ class Bench(Strict):
         "false: requests end at EOS, as in real traffic. true: every request runs to `max_tokens`, so baseline "
         "and k runs produce the same token counts even when sampling."))
     prompts: FsPath | None = Field(None, description=(
-        "Benchmark prompts (JSONL). Default: the rows of `datagen.prompts` data generation held out."))
+        "Benchmark prompts: a prompt set file (JSONL, JSON, parquet) or a saved dataset directory (README, "
+        "\"Prompt sets\"). Default: the rows of `datagen.prompts` data generation held out."))
     drafter: FsPath | None = Field(None, description=(
         "Serve this drafter dir instead of the train phase's output (default: the train phase's manifest)."))
     drafter_trained: bool = Field(True, description="Whether the acceptance gate applies to `bench.drafter`.")
     client_timeout_s: PositiveFloat = Field(3600.0, description="Budget of one load-generator window.")
+    # F4 of docs/FACTS.md §8: ~15 % per token.
+    first_position_floor: float = Field(0.3, ge=0, le=1, description=(
+        "Gate for a trained drafter on GPUs: the first draft position's acceptance must reach this share."))
+    watch: BenchWatch = Field(BenchWatch(), description="Comparison with the run dir's bench history "
+                                                        "(`bench.watch` below).")
+    parity: BenchParity = Field(BenchParity(), description="The serve-parity gate (`bench.parity` below).")
 
     @field_validator("num_speculative_tokens", "concurrency")
     @classmethod
@@ -396,10 +433,12 @@ class PipelineConfig(Strict):
     def fingerprint(self, section: str | None = None) -> str:
         """Stable hash of the whole config or of one section (secrets excluded). Left out too, so that
         adding them changed no existing fingerprint: where a key comes from, and allow_remote; neither
-        changes a phase's output."""
+        changes a phase's output; and the benchmark's checks, which re-judge its measurements."""
         server = {"allow_remote", "api_key_env", "api_key_secret_block"}
+        # The benchmark's checks (watch, parity, first-position floor) came later; left out likewise.
+        bench = {"server": server, "watch": True, "parity": True, "first_position_floor": True}
         data = self.model_dump(mode="json", exclude={"datagen": {"server": {"api_key", *server}},
-                                                     "extract": {"server": server}, "bench": {"server": server}})
+                                                     "extract": {"server": server}, "bench": bench})
         hs = data.pop("hidden_states")
         if section is not None:
             data = {"target": data["target"], section: data.get(section)}  # a phase may have no section
@@ -700,9 +739,11 @@ def _semantic_checks(cfg: PipelineConfig, source: str) -> list[str]:
                         "it must be a Hugging Face model dir")
     if why := file_problem(cfg.datagen.prompts):
         problems.append(f"{source}: datagen.prompts: {str(cfg.datagen.prompts)!r} {why}; give a JSONL prompt set file")
-    if cfg.bench.prompts is not None and (why := file_problem(cfg.bench.prompts)):
-        problems.append(f"{source}: bench.prompts: {str(cfg.bench.prompts)!r} {why}; give a JSONL prompt set file, "
-                        "or remove the key to benchmark on the prompts data generation held out")
+    # A saved dataset directory is a prompt set too (eagle3/promptsets.py).
+    if cfg.bench.prompts is not None and (why := file_problem(cfg.bench.prompts)) and dir_problem(cfg.bench.prompts):
+        problems.append(f"{source}: bench.prompts: {str(cfg.bench.prompts)!r} {why}; give a prompt set file (JSONL, "
+                        "JSON, parquet) or a saved dataset directory, or remove the key to benchmark on the prompts "
+                        "data generation held out")
     drafter = cfg.bench.drafter
     if drafter is not None and (
             why := dir_problem(drafter) or _prefixed("its config.json", file_problem(drafter / "config.json"))):

@@ -35,6 +35,7 @@ class Prompt:
     id: str
     line: int
     messages: tuple[dict, ...]  # role/content dicts, ending with a user turn
+    category: str | None = None  # the row's `category` (MT-Bench style), for per-category reports
 
 
 @dataclass
@@ -106,6 +107,11 @@ def parse_row(row: object) -> tuple[str, list[dict]]:
     return _row_id(row, messages), messages
 
 
+def category_of(row: dict) -> str | None:
+    value = row.get("category")
+    return value.strip() if isinstance(value, str) and value.strip() else None
+
+
 def load_prompts(path: Path | str, max_samples: int | None = None, skip_invalid: bool = False) -> PromptSet:
     """Read and validate the whole file, then keep the first `max_samples` valid rows.
 
@@ -116,21 +122,33 @@ def load_prompts(path: Path | str, max_samples: int | None = None, skip_invalid:
         data = path.read_bytes()
     except FileNotFoundError:
         raise ConfigError(f"{path}: prompt file not found; set datagen.prompts to a JSONL prompt set") from None
+    return validate_rows(path, hashlib.sha256(data).hexdigest(), jsonl_rows(data), max_samples, skip_invalid)
+
+
+def jsonl_rows(data: bytes):
+    for lineno, raw in enumerate(data.split(b"\n"), start=1):
+        if not raw.strip():
+            continue
+        try:
+            yield lineno, json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            yield lineno, PromptError(f"not valid JSON ({e}); each line must be one complete JSON object")
+
+
+def validate_rows(path: Path, sha256: str, rows_in, max_samples: int | None = None,
+                  skip_invalid: bool = False) -> PromptSet:
+    """A PromptSet from (line or row number, decoded row or PromptError) pairs: each row checked,
+    ids unique; unless `skip_invalid`, any problem raises ConfigError listing each one."""
     prompts: list[Prompt] = []
     problems: list[str] = []
     seen: dict[str, int] = {}
     rows = 0
-    for lineno, raw in enumerate(data.split(b"\n"), start=1):
-        if not raw.strip():
-            continue
+    for lineno, row in rows_in:
         rows += 1
         where = f"{path}:{lineno}"
         try:
-            row = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            problems.append(f"{where}: not valid JSON ({e}); each line must be one complete JSON object")
-            continue
-        try:
+            if isinstance(row, PromptError):
+                raise row
             pid, messages = parse_row(row)
         except PromptError as e:
             problems.append(f"{where}: {e}")
@@ -140,7 +158,7 @@ def load_prompts(path: Path | str, max_samples: int | None = None, skip_invalid:
                             "(rows without an id get a hash of their turns, so this may be a repeated prompt)")
             continue
         seen[pid] = lineno
-        prompts.append(Prompt(pid, lineno, tuple(messages)))
+        prompts.append(Prompt(pid, lineno, tuple(messages), category_of(row)))
     if problems and not skip_invalid:
         shown = problems[:MAX_SHOWN]
         more = f"\n... and {len(problems) - MAX_SHOWN} more" if len(problems) > MAX_SHOWN else ""
@@ -151,4 +169,4 @@ def load_prompts(path: Path | str, max_samples: int | None = None, skip_invalid:
                           "eagle3/prompts.py" + "".join(f"\n{p}" for p in problems[:MAX_SHOWN]))
     if max_samples is not None:
         prompts = prompts[:max_samples]
-    return PromptSet(path, hashlib.sha256(data).hexdigest(), prompts, problems, rows)
+    return PromptSet(path, sha256, prompts, problems, rows)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+from .benchgates import markdown as gates_markdown
+from .benchwatch import markdown as watch_markdown
 from .fsio import atomic_write_bytes, atomic_write_text
 
 
@@ -51,6 +53,9 @@ def markdown(results: dict, plot_name: str | None = None) -> str:
     lines += ["", f"**Acceptance gate** ({gate['status']}): {gate['message']}"]
     if gate["likely_causes"]:
         lines += ["", "Likely causes:", *[f"- {c}" for c in gate["likely_causes"]]]
+    lines += gates_markdown(results.get("parity"), results.get("categories") or [])
+    if results.get("watch"):
+        lines += watch_markdown(results["watch"])
     for note in results.get("notes", []):
         lines += ["", f"Note: {note}"]
     if plot_name:

@@ -40,9 +40,9 @@ def plot_data_uri(plot: Path) -> str | None:
         return None
 
 
-def report_markdown(summary: dict) -> str:
-    """The phase's report.md with its plot embedded; the node's paths follow as plain text."""
-    report, plot = Path(summary["report"]), Path(summary["plot"])
+def report_markdown(summary: dict, report_key: str = "report", plot_key: str = "plot") -> str:
+    """The phase's report.md (or trend.md) with its plot embedded; the node's paths follow as plain text."""
+    report, plot = Path(summary[report_key]), Path(summary[plot_key])
     text = report.read_text() if report.is_file() else f"(report {report} is missing)\n"
     uri = plot_data_uri(plot)
     image = re.compile(r"!\[([^\]]*)\]\(" + re.escape(plot.name) + r"\)")
@@ -61,4 +61,9 @@ def publish_bench_artifacts(name: str, summary: dict) -> dict:
                                            description=f"{name}: benchmark report with throughput, TPOT and "
                                                        "per-position acceptance plots"),
     }
+    if summary.get("trend"):  # the history's trend: acceptance length and speedup per k over the runs
+        ids["trend"] = create_markdown_artifact(markdown=report_markdown(summary, "trend", "trend_plot"),
+                                                key=artifact_key(name, "bench", "trend"),
+                                                description=f"{name}: acceptance length and speedup per k over "
+                                                            "every benchmark run of this run dir")
     return {k: str(v) for k, v in ids.items()}

@@ -55,6 +55,9 @@ class LoadResult:
     mean_e2el_ms: float | None
     client_spec: dict | None          # the client's own acceptance numbers, if it printed any
     raw_file: str
+    # Per request (vLLM's client, --save-detailed): {"output_tokens", "ttft_ms", "latency_ms", "chunks"} of
+    # each completed request; the benchmark watch bootstraps its noise intervals from them.
+    requests: list[dict] | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -97,7 +100,7 @@ def vllm_flags(s: LoadSpec) -> list[str]:
             # No request of the client's own outside the measured window (see the module docstring).
             "--num-warmups", "0", "--ready-check-timeout-sec", "0",
             "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
-            "--save-result", "--result-dir", str(s.result_file.parent), "--result-filename", s.result_file.name,
+            "--save-result", "--save-detailed", "--result-dir", str(s.result_file.parent), "--result-filename", s.result_file.name,
             "--disable-tqdm"]
     return argv + (["--ignore-eos"] if s.ignore_eos else [])
 
@@ -117,7 +120,20 @@ def parse_vllm(path: Path) -> LoadResult:
         request_throughput=float(r["request_throughput"]), output_throughput=float(r["output_throughput"]),
         mean_ttft_ms=r.get("mean_ttft_ms"), median_ttft_ms=r.get("median_ttft_ms"), p99_ttft_ms=r.get("p99_ttft_ms"),
         mean_tpot_ms=r.get("mean_tpot_ms"), median_tpot_ms=r.get("median_tpot_ms"), p99_tpot_ms=r.get("p99_tpot_ms"),
-        mean_itl_ms=r.get("mean_itl_ms"), mean_e2el_ms=r.get("mean_e2el_ms"), client_spec=spec, raw_file=str(path))
+        mean_itl_ms=r.get("mean_itl_ms"), mean_e2el_ms=r.get("mean_e2el_ms"), client_spec=spec, raw_file=str(path),
+        requests=_vllm_requests(r))
+
+
+def _vllm_requests(r: dict) -> list[dict] | None:
+    """The completed requests of a --save-detailed result (failed ones have no output tokens)."""
+    lens, ttfts, lats, itls, errors = (r.get(k) for k in ("output_lens", "ttfts", "latencies", "itls", "errors"))
+    if not all(isinstance(x, list) for x in (lens, ttfts, lats, itls)):
+        return None
+    errors = errors if isinstance(errors, list) else [""] * len(lens)
+    # chunks: streamed pieces after the first token; with speculation one verify step's tokens
+    # arrive as one piece, so output tokens per chunk tracks the request's acceptance length.
+    return [{"output_tokens": int(n), "ttft_ms": round(t * 1000, 3), "latency_ms": round(lat * 1000, 3),
+             "chunks": len(itl)} for n, t, lat, itl, err in zip(lens, ttfts, lats, itls, errors) if n and not err]
 
 
 # ---- SGLang ------------------------------------------------------------------------------------

@@ -12,8 +12,10 @@ Files in the phase dir (cfg.phase_dir("bench")):
   results.json      everything of this run (schema below); also copied to
                     <run_dir>/bench-history/<UTC timestamp>.json, outside the phase dir (a forced
                     rerun wipes the phase dir; the history accumulates across scheduled reruns)
-  report.md         markdown summary (`eagle3 run` prints it at the end)
+  report.md         markdown summary (`eagle3 run` prints it at the end), with the serve-parity gate,
+                    acceptance per prompt category and the comparison with the history (benchwatch)
   bench.png         throughput and TPOT vs concurrency, per-position acceptance
+  trend.md/.png     acceptance length and speedup per k over every run in bench-history/
   prompts.jsonl     the held-out prompts, in the load generator's dataset format (.json for SGLang)
   servers/<x>.json  one record per finished server; a retried run reuses those whose settings match
   clients/          the load generator's raw result files;  logs/  server and client logs
@@ -23,7 +25,8 @@ results.json: schema, pipeline, created_at, config_hash, bench_config_hash, pack
 engine_version, bench_client, acceptance_source, target, gpus, drafter {path, trained, status,
 source, aux_layer_ids, ...}, prompts, sampling, servers [{label, k, startup_s, engine_version,
 counters_at_ready, warmup, windows [{concurrency, load, counters_before, counters_after, delta,
-acceptance, client_spec}], counters_at_stop}], table, best_k, acceptance_by_k, gate, notes.
+acceptance, client_spec}], probes [{name, kind, count, ids, window}], counters_at_stop}], table, best_k,
+acceptance_by_k, gate, parity, categories, watch, platform, notes.
 """
 
 from __future__ import annotations
@@ -38,8 +41,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from .. import __version__, progress
+from .. import __version__, benchwatch, progress
+from ..benchgates import category_table, evaluate_parity, parity_error_text
 from ..benchmath import best_k, evaluate_gate, gate_error_text, pooled_acceptance, table
+from ..benchsetup import drafter_checksum, platform
+from ..benchtrend import write_trend
 from ..config import PipelineConfig, num_hidden_layers
 from ..engines import benchclient, loadgen
 from ..engines.drafters import drafter_aux_ids
@@ -52,6 +58,7 @@ from ..layout import RunLayout
 from ..openai_client import OpenAIClient, RetryPolicy
 from ..progress import PhaseProgress
 from ..prompts import load_prompts
+from ..promptsets import load_prompt_set
 from ..report import write_report
 from ..process.services import Process, Supervisor
 from . import PhaseSummary, ProgressFn, run_coroutine
@@ -74,6 +81,8 @@ class BenchPaths:
     results = property(lambda self: self.dir / "results.json")
     report = property(lambda self: self.dir / "report.md")
     plot = property(lambda self: self.dir / "bench.png")
+    trend = property(lambda self: self.dir / "trend.md")
+    trend_plot = property(lambda self: self.dir / "trend.png")
     servers = property(lambda self: self.dir / "servers")
     clients = property(lambda self: self.dir / "clients")
     logs = property(lambda self: self.dir / "logs")
@@ -108,7 +117,30 @@ def resolve_drafter(cfg: PipelineConfig) -> dict:
     return {"path": str(path), "trained": bool(m["trained"]), "source": "train manifest", "status": m.get("status"),
             "aux_layer_ids": m.get("aux_layer_ids"), "aux_layer_ids_convention": m.get("aux_layer_ids_convention"),
             "aux_layer_ids_vllm": m.get("aux_layer_ids_vllm"), "config_aux_layer_ids": drafter_aux_ids(path),
-            "train_manifest": str(TrainPaths.of(cfg).manifest)}
+            "train_manifest": str(TrainPaths.of(cfg).manifest), "val_full_acc": m.get("val_full_acc")}
+
+
+def parity_expectation(cfg: PipelineConfig, drafter: dict) -> tuple[list[float] | None, str | None]:
+    """What training measured (per-position validation accuracy), and where that figure comes from."""
+    if cfg.bench.parity.expected_full_acc:
+        return list(cfg.bench.parity.expected_full_acc), "bench.parity.expected_full_acc (config)"
+    if drafter.get("val_full_acc"):
+        return list(drafter["val_full_acc"]), f"{drafter['train_manifest']} (val_full_acc from the trainer's log)"
+    return None, None
+
+
+def training_prompts(cfg: PipelineConfig) -> list:
+    """A sample (bench.parity.prompts) of the prompts the drafter was trained on: rows spread evenly
+    over those of datagen.prompts that data generation used (acceptance differs a lot between
+    families of prompts: rows next to each other are often one family)."""
+    d = cfg.datagen
+    ps = load_prompts(d.prompts, None, skip_invalid=d.skip_invalid_prompts)
+    used = _datagen_ids(cfg)
+    if used is None:
+        used = {p.id for p in ps.prompts[: d.max_samples]} if d.max_samples else set(ps.ids)
+    rows = [p for p in ps.prompts if p.id in used]
+    n = min(cfg.bench.parity.prompts, len(rows))
+    return [rows[i * len(rows) // n] for i in range(n)]
 
 
 def _datagen_ids(cfg: PipelineConfig) -> set[str] | None:
@@ -135,7 +167,7 @@ def held_out_prompts(cfg: PipelineConfig) -> dict:
     turn of each row: the load generators send one user message) plus provenance."""
     b = cfg.bench
     if b.prompts is not None:
-        ps, selection = load_prompts(b.prompts), "bench.prompts"
+        ps, selection = load_prompt_set(b.prompts), "bench.prompts"
         rows = ps.prompts
     else:
         d = cfg.datagen
@@ -158,6 +190,7 @@ def held_out_prompts(cfg: PipelineConfig) -> dict:
             # measured prefills do not all hit vLLM's prefix cache.
             "warmup_texts": [p.messages[-1]["content"] for p in spare] or texts,
             "multi_turn_reduced": sum(1 for p in measured if len(p.messages) > 1),
+            "categories": [p.category for p in measured],
             "sha256": hashlib.sha256(json.dumps(texts).encode()).hexdigest()}
 
 
@@ -233,10 +266,10 @@ def _open_client(cfg: PipelineConfig, sup: Supervisor, paths: BenchPaths, label:
 
 
 def _run_client(cfg: PipelineConfig, client, proc: Process, paths: BenchPaths, url: str, label: str,
-                concurrency: int, dataset: Path, num_prompts: int) -> benchclient.LoadResult:
+                concurrency: int, dataset: Path, num_prompts: int, tag: str = "") -> benchclient.LoadResult:
     b = cfg.bench
     parse_fn = benchclient.CLIENTS[b.engine][2]
-    result_file = paths.clients / f"{_slug(label)}-c{concurrency}.json"
+    result_file = paths.clients / f"{_slug(label)}{tag}-c{concurrency}.json"
     result_file.parent.mkdir(parents=True, exist_ok=True)
     result_file.unlink(missing_ok=True)  # SGLang's client appends; a retry must not read an old line
     spec = benchclient.LoadSpec(base_url=url, served_name=cfg.target.served_name, tokenizer=cfg.target.model,
@@ -257,7 +290,7 @@ def _run_client(cfg: PipelineConfig, client, proc: Process, paths: BenchPaths, u
 
 
 def _measure_window(cfg: PipelineConfig, client, proc: Process, paths: BenchPaths, url: str, label: str,
-                    k: int, c: int, dataset: Path, num_prompts: int) -> dict:
+                    k: int, c: int, dataset: Path, num_prompts: int, tag: str = "") -> dict:
     """One load-generator run at concurrency c between two counter snapshots. A window whose
     server-side request and token counts differ from the load generator's was shared with other
     traffic; it is discarded and measured again (WINDOW_ATTEMPTS in all)."""
@@ -265,7 +298,7 @@ def _measure_window(cfg: PipelineConfig, client, proc: Process, paths: BenchPath
     for attempt in range(1, WINDOW_ATTEMPTS + 1):
         before, traffic_before = _snapshot(cfg, url, k)
         started = time.time()
-        load = _run_client(cfg, client, proc, paths, url, label, c, dataset, num_prompts)
+        load = _run_client(cfg, client, proc, paths, url, label, c, dataset, num_prompts, tag)
         proc.check_alive()
         after, traffic_after = _snapshot(cfg, url, k)
         w = {"concurrency": c, "started_at": started, "finished_at": time.time(), "attempt": attempt,
@@ -297,10 +330,11 @@ def _measure_window(cfg: PipelineConfig, client, proc: Process, paths: BenchPath
 def measure_server(cfg: PipelineConfig, sup: Supervisor, label: str, k: int, drafter: str | None,
                    dataset: Path, num_prompts: int, warmup_texts: list[str],
                    on_window: Callable[[], None] = lambda: None,
-                   before_window: Callable[[int], None] = lambda concurrency: None) -> dict:
+                   before_window: Callable[[int], None] = lambda concurrency: None, probes: list[dict] = ()) -> dict:
     """Start one server (baseline if k == 0, else with the drafter and k speculative tokens),
-    warm it up, run the load generator once per concurrency, and stop it. Returns its record.
-    before_window(concurrency) and on_window() are called around each window (progress)."""
+    warm it up, run the load generator once per concurrency, then once per probe (acceptance on a
+    prompt subset: the parity sample, each category; speculative servers only), and stop it.
+    Returns its record. before_window(concurrency) and on_window() are called around each window."""
     b = cfg.bench
     paths = BenchPaths.of(cfg)
     extra = spec_args(b.engine, Path(drafter), k) if k else []
@@ -325,6 +359,13 @@ def measure_server(cfg: PipelineConfig, sup: Supervisor, label: str, k: int, dra
             windows.append(_measure_window(cfg, client, proc, paths, url, label, k, c, dataset, num_prompts))
             on_window()
         record["windows"] = windows
+        record["probes"] = []
+        for p in probes if k else ():
+            progress.step(PHASE, f"{label}: acceptance on {p['name']} ({p['count']} prompts)")
+            c = min(max(b.concurrency), p["count"])
+            record["probes"].append({"name": p["name"], "kind": p["kind"], "count": p["count"], "ids": p["ids"],
+                                     "window": _measure_window(cfg, client, proc, paths, url, label, k, c,
+                                                               p["dataset"], p["count"], tag=f"-{p['slug']}")})
         at_stop, traffic_at_stop = _snapshot(cfg, url, k)
         record["counters_at_ready"] = at_ready.to_dict() if at_ready else None
         record["counters_at_stop"] = at_stop.to_dict() if at_stop else None
@@ -342,7 +383,7 @@ def measure_server(cfg: PipelineConfig, sup: Supervisor, label: str, k: int, dra
 
 # ---- the phase -----------------------------------------------------------------------------------
 
-def _server_key(cfg: PipelineConfig, k: int, drafter: dict, prompts: dict) -> str:
+def _server_key(cfg: PipelineConfig, k: int, drafter: dict, prompts: dict, probes: list[dict] = ()) -> str:
     """What decides a server's numbers; a retried run reuses a finished server only if it matches."""
     drafter_cfg = ""
     if k:
@@ -352,12 +393,16 @@ def _server_key(cfg: PipelineConfig, k: int, drafter: dict, prompts: dict) -> st
             pass
     # Only what changes the measurement: a new floor or trained flag re-judges saved numbers
     # instead of re-measuring them.
-    bench = cfg.bench.model_dump(mode="json", exclude={"acceptance_floor", "drafter_trained", "client_timeout_s",
-                                                       "num_speculative_tokens", "drafter", "prompts"})
+    judged = ("acceptance_floor", "drafter_trained", "client_timeout_s", "num_speculative_tokens", "drafter",
+              "prompts", "watch", "first_position_floor")
+    bench = cfg.bench.model_dump(mode="json", exclude={**dict.fromkeys(judged, True),
+                                                       "parity": {"min_fraction", "expected_full_acc"}})
     for field in ("api_key", "api_key_env", "api_key_secret_block"):
         bench["server"].pop(field, None)
     parts = {"schema": SCHEMA, "target": cfg.target.model_dump(mode="json"), "bench": bench, "k": k,
              "prompts": prompts["sha256"], "drafter": [drafter["path"], drafter_cfg] if k else None}
+    if k and probes:  # absent without probes: the keys of servers saved before probes existed still match
+        parts["probes"] = [[p["name"], p["sha256"]] for p in probes]
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -391,6 +436,7 @@ def run_bench(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | No
     prompts = held_out_prompts(cfg)
     client_name, _, _, write_dataset, ext = benchclient.CLIENTS[b.engine]
     dataset = write_dataset(paths.dir / f"prompts{ext}", prompts["texts"])
+    probes = _probes(cfg, drafter, prompts, write_dataset, ext, paths)
     plan = [("baseline", 0)] + [(f"k={k}", k) for k in b.num_speculative_tokens]
     total, done = len(plan) * len(b.concurrency), [0]
     prog = PhaseProgress(PHASE, on_progress, unit="windows")
@@ -406,7 +452,7 @@ def run_bench(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | No
 
     runs, handoffs, last_started = [], [], None
     for label, k in plan:
-        key = _server_key(cfg, k, drafter, prompts)
+        key = _server_key(cfg, k, drafter, prompts, probes)
         saved = read_json(paths.servers / f"{_slug(label)}.json")
         if saved and saved.get("key") == key:
             log.info("bench: reusing the finished %s server run from a previous attempt", label)
@@ -419,30 +465,93 @@ def run_bench(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | No
         prog.step(f"server {plan.index((label, k)) + 1}/{len(plan)}: {label} ({b.engine}"
                   + (f", drafter {drafter['path']}" if k else "") + ")")
         run = measure_server(cfg, sup, label, k, drafter["path"] if k else None, dataset, prompts["count"],
-                             prompts["warmup_texts"], on_window=tick, before_window=announce(label, k))
+                             prompts["warmup_texts"], on_window=tick, before_window=announce(label, k), probes=probes)
         last_started = label
         atomic_write_json(paths.servers / f"{_slug(label)}.json", {"key": key, "run": run})
         runs.append(run)
 
     results = _assemble(cfg, drafter, prompts, runs, handoffs, client_name)
+    w = cfg.bench.watch
+    if w.enabled:  # before this run's own history file exists
+        results["watch"] = benchwatch.watch(results, benchwatch.read_history(paths.history),
+                                            w.acceptance_tolerance_pct, w.speed_tolerance_pct)
     atomic_write_json(paths.results, results)
     history = _history_path(paths, datetime.fromisoformat(results["created_at"]))
     atomic_write_json(history, results)
     write_report(results, paths.report, paths.plot)
+    trend = write_trend(paths.history, paths.trend, paths.trend_plot)
     details = {"results": str(paths.results), "report": str(paths.report), "plot": str(paths.plot),
+               "trend": str(paths.trend), "trend_plot": str(paths.trend_plot), "trend_rows": trend,
                "history": str(history), "drafter": drafter["path"], "trained": drafter["trained"],
                "engine_version": results["engine_version"], "gate": results["gate"]["status"],
                "best_acceptance_length": results["gate"]["best_acceptance_length"],
-               "best_k": results["best_k"], "table": results["table"]}
+               "best_k": results["best_k"], "table": results["table"],
+               "watch": (results.get("watch") or {}).get("status")}
     summary = PhaseSummary(str(paths.results), (
         f"gate {details['gate']}, best acceptance length {details['best_acceptance_length']}, drafter "
-        f"{'trained' if drafter['trained'] else 'UNTRAINED'} -> {paths.report}"),
+        f"{'trained' if drafter['trained'] else 'UNTRAINED'}, watch {details['watch'] or '-'} -> {paths.report}"),
         details)
+    failures = []
     if results["gate"]["status"] == "failed":
-        err = GateError(gate_error_text(results["gate"], str(paths.results)))
+        failures.append(gate_error_text(results["gate"], str(paths.results)))
+    if (results.get("parity") or {}).get("status") == "failed":
+        failures.append(parity_error_text(results["parity"], str(paths.results)))
+    if details["watch"] == "regression" and w.fail_on_regression:
+        failures.append(f"benchmark regression: {results['watch']['message']}.\nAll numbers: {paths.results}; "
+                        f"the report compares every figure with its interval: {paths.report}")
+    if failures:
+        err = GateError("\n".join(failures))
         err.summary = summary  # a regression still has its numbers to show (the flow publishes them)
         raise err
     return summary
+
+
+def _probes(cfg: PipelineConfig, drafter: dict, prompts: dict, write_dataset, ext: str, paths: BenchPaths) -> list[dict]:
+    """The prompt subsets whose acceptance each speculative server also measures: the parity
+    sample of training prompts (a trained drafter with an expectation), and each category of the
+    benchmark prompts. vLLM only: SGLang's acceptance is an average since start, not per window."""
+    if cfg.bench.engine != "vllm":
+        return []
+    sets = []
+    if cfg.bench.parity.enabled and drafter["trained"] and parity_expectation(cfg, drafter)[0]:
+        rows = training_prompts(cfg)
+        sets.append(("training prompts (parity)", "parity", "parity", [p.id for p in rows],
+                     [p.messages[-1]["content"] for p in rows]))
+    for name, idx in sorted(categories_of(prompts).items()):
+        slug = "cat-" + "".join(ch if ch.isalnum() else "_" for ch in name)[:40]
+        sets.append((name, "category", slug, [prompts["ids"][i] for i in idx], [prompts["texts"][i] for i in idx]))
+    out = []
+    for name, kind, slug, ids, texts in sets:
+        if texts:
+            out.append({"name": name, "kind": kind, "slug": slug, "ids": ids, "count": len(texts),
+                        "sha256": hashlib.sha256(json.dumps(texts).encode()).hexdigest(),
+                        "dataset": write_dataset(paths.dir / f"prompts-{slug}{ext}", texts)})
+    return out
+
+
+def categories_of(prompts: dict) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for i, cat in enumerate(prompts.get("categories") or []):
+        if cat:
+            out.setdefault(cat, []).append(i)
+    return out
+
+
+def _parity(cfg: PipelineConfig, drafter: dict, runs: list[dict]) -> dict | None:
+    if not cfg.bench.parity.enabled:
+        return None
+    found = {r["k"]: next((p for p in r.get("probes", []) if p["kind"] == "parity"), None) for r in runs if r["k"]}
+    sample = next((p for p in found.values() if p), None)
+    expected, source = parity_expectation(cfg, drafter)
+    gate = evaluate_parity(expected, source, {k: p["window"]["acceptance"] if p else None for k, p in found.items()},
+                           cfg.bench.parity.min_fraction, bool(drafter["trained"]),
+                           {"count": sample["count"], "ids": sample["ids"]} if sample else None)
+    trained_at, served_at = cfg.datagen.sampling.temperature, cfg.bench.temperature
+    if trained_at != served_at:  # the expectation comes from data sampled otherwise: the likeliest gap
+        gate["note"] = (f"the training data was generated at temperature {trained_at}, the benchmark serves at "
+                        f"{served_at}: the drafter is measured on other text than it learned from")
+        gate["message"] += f" (note: {gate['note']})"
+    return gate
 
 
 def _assemble(cfg: PipelineConfig, drafter: dict, prompts: dict, runs: list[dict], handoffs: list[dict],
@@ -477,11 +586,15 @@ def _assemble(cfg: PipelineConfig, drafter: dict, prompts: dict, runs: list[dict
         "target": {"model": str(cfg.target.model), "served_name": cfg.target.served_name,
                    "dtype": cfg.target.dtype, "max_model_len": cfg.target.max_model_len,
                    "tensor_parallel_size": cfg.target.tensor_parallel_size},
-        "gpus": list(cfg.gpus), "cpu_rehearsal": cfg.cpu_rehearsal, "drafter": drafter, "prompts": public_prompts,
+        "gpus": list(cfg.gpus), "platform": platform(list(cfg.gpus)), "cpu_rehearsal": cfg.cpu_rehearsal,
+        "drafter": {**drafter, "checksum": drafter_checksum(drafter["path"])}, "prompts": public_prompts,
         "sampling": {"temperature": b.temperature, "max_tokens": b.max_tokens, "ignore_eos": b.ignore_eos,
                      "warmup_prompts": b.warmup_prompts},
         "num_speculative_tokens": list(b.num_speculative_tokens), "concurrency": list(b.concurrency),
         "servers": runs, "handoffs": handoffs, "table": rows, "best_k": best_k(rows),
         "acceptance_by_k": {str(k): v for k, v in pooled.items()},
-        "gate": evaluate_gate(pooled, bool(drafter["trained"]), b.acceptance_floor), "notes": notes,
+        "gate": evaluate_gate(pooled, bool(drafter["trained"]), b.acceptance_floor, best_k(rows), cfg.cpu_rehearsal,
+                              b.first_position_floor), "notes": notes,
+        "parity": _parity(cfg, drafter, runs),
+        "categories": category_table({r["k"]: r.get("probes", []) for r in runs if r["k"]}),
     }

@@ -14,7 +14,8 @@ checkpoint (the dir to serve), source_checkpoint (the trainer's dir), engine (ga
 aux_layer_ids (as stored in `checkpoint`, in `aux_layer_ids_convention`, the engine's),
 aux_layer_ids_vllm (same layers, vllm convention = the extraction manifest's), draft_vocab_size,
 num_speculative_tokens, epochs, epochs_completed, global_step, resume (what was resumed or
-adopted), target_model, extract_manifest, gate, created_at.
+adopted), val_full_acc (the last validation's per-position accuracy in the trainer's log; None for a
+dry run), target_model, extract_manifest, gate, created_at.
 
 speculators' trainer needs an accelerator. With train.dry_run "auto" and no GPUs (a CPU
 rehearsal) the phase runs `--dry-run`: a real, loadable checkpoint that was never trained, and
@@ -42,7 +43,7 @@ from ..process.services import LaunchSpec, Supervisor
 from ..train_resume import INTERRUPTED, checkpoint_freq_allows_resume, finished_checkpoint, prepare_resume
 from . import PhaseSummary, ProgressFn, train_online
 from .extract_manifest import ExtractManifest, manifest_path, read_extract_manifest
-from .train_log import follow_training
+from .train_log import follow_training, validation_full_acc
 
 PHASE = "train"
 MANIFEST_SCHEMA = 1
@@ -255,6 +256,7 @@ def run_train(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | No
         "global_step": resume.get("global_step", 0), "resume": resume,
         "target_model": str(cfg.target.model), "extract_manifest": str(manifest_path(cfg)),
         "gate": report.to_dict(), "train_log": str(paths.log), "seconds": round(time.time() - t0, 1),
+        "val_full_acc": None if dry else validation_full_acc(paths.log),
         "created_at": time.time(), "hidden_states_mode": ext.mode, "online": online,
     }
     atomic_write_json(paths.manifest, manifest)

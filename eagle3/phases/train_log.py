@@ -19,6 +19,7 @@ from typing import Callable
 EPOCH_LINE = re.compile(r"Training epoch (\d+)/(\d+) (started|completed)")
 LOSS = re.compile(r"(?<![\w/])train/loss=([-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|nan|inf))")
 GLOBAL_STEP = re.compile(r"(?<![\w/])global_step=(\d+)")
+VAL_FULL_ACC = re.compile(r"(?<![\w/])val/full_acc_(\d+)_epoch=([-+]?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)")
 
 
 @dataclass
@@ -45,6 +46,22 @@ class TrainerProgress:
     def detail(self) -> dict:
         d = {"epoch": self.epoch, "epochs": self.epochs, "step": self.step, "loss": self.loss}
         return {k: v for k, v in d.items() if v is not None}
+
+
+def validation_full_acc(log: Path) -> list[float] | None:
+    """The last epoch's per-position validation accuracy (speculators' val/full_acc_<i>_epoch), as
+    the trainer logged it: what the drafter does on held-back training data, which the benchmark's
+    serve-parity gate expects back when the drafter is served. None if the log has none (dry run)."""
+    try:
+        text = Path(log).read_text(errors="replace")
+    except OSError:
+        return None
+    last: dict[int, float] = {}
+    for m in VAL_FULL_ACC.finditer(text):
+        last[int(m.group(1))] = float(m.group(2))
+    if not last or sorted(last) != list(range(len(last))):
+        return None
+    return [last[i] for i in range(len(last))]
 
 
 class LogFollower:

@@ -54,3 +54,33 @@ def test_publish_bench_artifacts(prefect_server, tmp_path):
     publish()
     latest = max(_artifacts(artifact_key("Tiny CPU", "bench", "report")), key=lambda a: a.created)
     assert f"(plot {plot} is missing)" in latest.data and "![" not in latest.data
+
+
+def test_publish_the_trend_of_the_recorded_history(prefect_server, tmp_path):
+    """The trend over tests/fixtures/bench-history, as the bench phase writes it, published as a
+    markdown artifact with its plot embedded."""
+    from pathlib import Path
+
+    from prefect import flow
+
+    from eagle3.benchtrend import write_trend
+    from tasks.artifact_keys import artifact_key
+    from tasks.bench_artifacts import publish_bench_artifacts
+    from tests.flows.benchdata import synthetic_results as _results
+
+    history = Path(__file__).resolve().parents[1] / "fixtures" / "bench-history"
+    trend, trend_plot = tmp_path / "trend.md", tmp_path / "trend.png"
+    rows = write_trend(history, trend, trend_plot)
+    results = _results()
+    summary = {"report": str(tmp_path / "report.md"), "plot": str(tmp_path / "bench.png"), "trend": str(trend),
+               "trend_plot": str(trend_plot), "results": str(tmp_path / "results.json"), "table": results["table"],
+               "gate": "passed", "trained": True}
+
+    @flow
+    def publish():
+        return publish_bench_artifacts("Trend CPU", summary)
+
+    assert set(publish()) == {"table", "report", "trend"} and len(rows) == 4
+    (md,) = _artifacts(artifact_key("Trend CPU", "bench", "trend"))
+    assert "| 2 | 2026-11-30T20:00:45 | 0.32.0 | `3992c62d55f9` | 3 | 1.392 | 23.9 |" in md.data
+    assert f"![trend](data:image/png;base64,{base64.b64encode(trend_plot.read_bytes()).decode()})" in md.data

@@ -16,8 +16,8 @@ def add_cli_args(parser):
                  "--request-rate", "--temperature", "--seed", "--num-warmups", "--ready-check-timeout-sec",
                  "--percentile-metrics", "--metric-percentiles", "--result-dir", "--result-filename"):
         parser.add_argument(flag)
-    for flag in ("--skip-chat-template", "--disable-shuffle", "--no-oversample", "--save-result", "--disable-tqdm",
-                 "--ignore-eos"):
+    for flag in ("--skip-chat-template", "--disable-shuffle", "--no-oversample", "--save-result", "--save-detailed",
+                 "--disable-tqdm", "--ignore-eos"):
         parser.add_argument(flag, action="store_true")
 
 

@@ -1,0 +1,50 @@
+"""What a benchmark result was measured with, beyond the config: the drafter's checksum and the
+machine (GPU model, driver). The benchmark watch (eagle3/benchwatch.py) compares results only
+between runs of the same drafter, and names any of these that changed since the last good run."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from .errors import PipelineError
+from .handoff.gpus import GpuState
+
+DRAFTER_FILES = ("*.json", "*.safetensors")  # config, index and weights; not logs or optimizer states
+CHUNK = 1 << 20
+
+
+def drafter_checksum(path: Path | str) -> str | None:
+    """sha256 over the drafter's config and weight files (names and contents, sorted by name);
+    None if the dir holds none. A re-export or a retrain changes it; a copy to another path does not."""
+    files = sorted({f for pattern in DRAFTER_FILES for f in Path(path).glob(pattern) if f.is_file()})
+    if not files:
+        return None
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.name.encode() + b"\0")
+        with open(f, "rb") as fh:
+            while chunk := fh.read(CHUNK):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+def platform(gpus: list[int]) -> dict:
+    """The accelerator the numbers came from: {"device": "cpu"} on a CPU rehearsal, else the GPU
+    names and the driver version as NVML reports them (None where NVML is unavailable)."""
+    if not gpus:
+        return {"device": "cpu", "gpu_names": [], "driver": None}
+    from .handoff.gpus import NvmlBackend
+
+    try:
+        backend = NvmlBackend()
+    except PipelineError:
+        return {"device": "gpu", "gpu_names": None, "driver": None}
+    try:
+        states: list[GpuState] = backend.snapshot(gpus)
+        driver = backend.describe().removeprefix("NVML, driver ")
+    except PipelineError:
+        states, driver = [], None
+    finally:
+        backend.close()
+    return {"device": "gpu", "gpu_names": [s.name for s in states] or None, "driver": driver}

@@ -1,0 +1,81 @@
+"""The trend over a run dir's benchmark history (bench-history/*.json): acceptance length and
+speedup per k, one row per run, as a markdown table and a PNG. Rendered from the history files
+alone, so it can be regenerated at any time (`trend_rows` + `markdown` + `plot_png`)."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from .benchwatch import read_history
+from .fsio import atomic_write_bytes, atomic_write_text
+
+
+def trend_rows(history: list[tuple[str, dict]]) -> list[dict]:
+    """One row per (run, k): pooled acceptance length, first-position rate, and the speedup over
+    the baseline at each concurrency (output tok/s ratio)."""
+    rows = []
+    for n, (name, r) in enumerate(history, start=1):
+        by_k = r.get("acceptance_by_k") or {}
+        for k in r.get("num_speculative_tokens") or sorted(int(x) for x in by_k):
+            acc = by_k.get(str(k)) or {}
+            speedups = {str(t["concurrency"]): t["speedup"] for t in r.get("table", []) if t["k"] == k}
+            rows.append({"run": n, "file": name, "created_at": r["created_at"],
+                         "engine_version": r.get("engine_version"),
+                         "drafter": (r["drafter"].get("checksum") or "")[:12] or r["drafter"]["path"],
+                         "k": k, "acceptance_length": acc.get("acceptance_length"),
+                         "first_position": (acc.get("per_position") or [None])[0], "speedup": speedups,
+                         "watch": (r.get("watch") or {}).get("status", "—")})
+    return rows
+
+
+def markdown(rows: list[dict]) -> str:
+    if not rows:
+        return "# Benchmark trend\n\n(no history yet)\n"
+    cs = sorted({c for r in rows for c in r["speedup"]}, key=int)
+    head = " | ".join(f"speedup c={c}" for c in cs)
+    lines = ["# Benchmark trend", "", f"{len({r['run'] for r in rows})} runs; acceptance length pooled over the "
+             "concurrencies of each run; speedup = output tok/s against the baseline at the same concurrency.", "",
+             f"| run | time (UTC) | engine | drafter | k | acceptance length | position 0 % | {head} | watch |",
+             "|---:|---|---|---|---:|---:|---:|" + "---:|" * len(cs) + "---|"]
+    for r in rows:
+        al, p0 = r["acceptance_length"], r["first_position"]
+        speed = " | ".join("—" if r["speedup"].get(c) is None else f"{r['speedup'][c]:.2f}×" for c in cs)
+        lines.append(f"| {r['run']} | {r['created_at'][:19]} | {r['engine_version']} | `{r['drafter']}` | {r['k']} | "
+                     f"{'—' if al is None else f'{al:.3f}'} | {'—' if p0 is None else f'{100 * p0:.1f}'} | {speed} | "
+                     f"{r['watch']} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_png(rows: list[dict]) -> bytes:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_al, ax_sp) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for k in sorted({r["k"] for r in rows}):
+        mine = [r for r in rows if r["k"] == k]
+        ax_al.plot([r["run"] for r in mine], [r["acceptance_length"] for r in mine], marker="o", label=f"k={k}")
+        for c in sorted({c for r in mine for c in r["speedup"]}, key=int):
+            ax_sp.plot([r["run"] for r in mine], [r["speedup"].get(c) for r in mine], marker="o",
+                       label=f"k={k}, c={c}")
+    ax_sp.axhline(1.0, color="grey", linestyle="--", linewidth=1)  # the baseline
+    for ax, title in ((ax_al, "Acceptance length per k"), (ax_sp, "Speedup over the baseline")):
+        ax.set_title(title)
+        ax.set_xlabel("run (oldest first)")
+        ax.grid(alpha=0.3)
+        if rows:
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def write_trend(history_dir: Path, md_path: Path, png_path: Path) -> list[dict]:
+    rows = trend_rows(read_history(history_dir))
+    atomic_write_bytes(png_path, plot_png(rows))
+    atomic_write_text(md_path, markdown(rows) + f"\n![trend]({png_path.name})\n")
+    return rows

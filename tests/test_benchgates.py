@@ -1,0 +1,63 @@
+"""The serve-parity gate's arithmetic and inputs (eagle3/benchgates.py, eagle3/phases/bench.py), and
+where its expectation comes from on a GPU run (the trainer's log -> the train manifest)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from eagle3.benchgates import HANDOVER_CAUSES, evaluate_parity, expected_length
+from eagle3.phases.bench import parity_expectation, training_prompts
+from eagle3.phases.train_log import validation_full_acc
+
+ACC = [0.988, 0.969, 0.951]
+
+
+def test_expected_length_and_the_requirement():
+    assert expected_length(ACC, 3) == pytest.approx(3.908) and expected_length(ACC, 1) == pytest.approx(1.988)
+    ok = evaluate_parity(ACC, "cfg", {3: {"acceptance_length": 2.02, "per_position": [0.45, 0.29, 0.27]}}, 0.3, True,
+                         {"count": 16, "ids": []})
+    assert ok["status"] == "passed" and ok["by_k"]["3"]["required"] == pytest.approx(1.872, abs=1e-3)
+    bad = evaluate_parity(ACC, "cfg", {1: {"acceptance_length": 1.01}, 3: {"acceptance_length": 1.02}}, 0.3, True,
+                          {"count": 16, "ids": []})
+    assert bad["status"] == "failed" and bad["likely_causes"] == HANDOVER_CAUSES
+    assert "k=1: 1.010 < 1.296" in bad["message"] and "k=3: 1.020 < 1.872" in bad["message"]
+
+
+@pytest.mark.parametrize("expected,trained,measured,why", [
+    (ACC, False, {3: {"acceptance_length": 1.0}}, "untrained"),
+    (None, True, {3: {"acceptance_length": 1.0}}, "no expectation"),
+    (ACC, True, {3: None}, "no parity window"),
+])
+def test_not_applied_says_why(expected, trained, measured, why):
+    gate = evaluate_parity(expected, None, measured, 0.3, trained, None)
+    assert gate["status"] == "not applied" and why in gate["message"]
+
+
+def test_the_sample_is_spread_over_the_training_rows(make_config, tmp_path):
+    rows = "".join(json.dumps({"id": f"p{i}", "prompt": f"q{i}"}) + "\n" for i in range(40))
+    (tmp_path / "p.jsonl").write_text(rows)
+    cfg = make_config({"datagen": {"prompts": str(tmp_path / "p.jsonl"), "max_samples": 32},
+                       "bench": {"parity": {"prompts": 4}}}, check_files=False)
+    assert [p.id for p in training_prompts(cfg)] == ["p0", "p8", "p16", "p24"]
+
+
+def test_expectation_from_the_config_or_the_train_manifest(make_config):
+    cfg = make_config({"bench": {"parity": {"expected_full_acc": ACC}}}, check_files=False)
+    assert parity_expectation(cfg, {"val_full_acc": [0.5]}) == (ACC, "bench.parity.expected_full_acc (config)")
+    cfg = make_config(check_files=False)
+    got = parity_expectation(cfg, {"val_full_acc": [0.7, 0.5], "train_manifest": "/r/train/manifest.json"})
+    assert got == ([0.7, 0.5], "/r/train/manifest.json (val_full_acc from the trainer's log)")
+    assert parity_expectation(cfg, {"val_full_acc": None}) == (None, None)
+
+
+def test_validation_accuracy_is_read_from_the_trainers_log(tmp_path):
+    """speculators 0.9 logs one val line per epoch (rich may wrap it); the last epoch's values win."""
+    log = tmp_path / "train.log"
+    log.write_text("INFO val/loss_epoch=2.2, val/full_acc_0_epoch=0.5, val/full_acc_1_epoch=0.3, epoch=0\n"
+                   "INFO val/loss_epoch=1.1, val/full_acc_0_epoch=0.988, val/full_acc_1_epoch=0.969,\n"
+                   "          val/full_acc_2_epoch=0.951, epoch=1\n")
+    assert validation_full_acc(log) == [0.988, 0.969, 0.951]
+    log.write_text("dry run: no metrics\n")
+    assert validation_full_acc(log) is None and validation_full_acc(tmp_path / "missing.log") is None
