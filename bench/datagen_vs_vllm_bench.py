@@ -31,7 +31,7 @@ from eagle3.engines.serving import base_url as server_url
 from eagle3.engines.serving import start_server
 from eagle3.phases.datagen import run_datagen
 from eagle3.prompts import load_prompts
-from eagle3.services import LaunchSpec, Supervisor
+from eagle3.process.services import LaunchSpec, Supervisor
 
 HERE = Path(__file__).resolve().parent
 TARGET_RATIO = 0.95

@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from eagle3 import procfs  # noqa: E402
-from eagle3.gpus import NvmlBackend  # noqa: E402
+from eagle3.process import procfs  # noqa: E402
+from eagle3.handoff.gpus import NvmlBackend  # noqa: E402
 
 code = "import torch, time\nx = torch.ones(1 << 28, device='cuda')\ntorch.cuda.synchronize()\nprint('READY', flush=True)\n" \
        "time.sleep(600)"

@@ -78,7 +78,7 @@ def direct(config_path: Path, with_handoffs: bool = True) -> float:
     """The same work without Prefect: handoffs and phase bodies called as plain functions."""
     from eagle3.config import load_config
     from eagle3.phase_table import names
-    from eagle3.handoff import handoff_for_config
+    from eagle3.handoff.core import handoff_for_config
     from eagle3.pipeline import run_phase
 
     t0 = time.perf_counter()

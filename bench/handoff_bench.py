@@ -1,9 +1,9 @@
 """Handoff time after a clean CUDA service: the pack's handoff vs the operator's ritual (H1 of
-shared research field-notes.md), side by side on the same machine.
+docs/FACTS.md §8), side by side on the same machine.
 
 Each round starts the same CUDA service (tests/gpu/cuda_service.py: 4 GiB on GPU 0, idle), then
 times from "phase done" to "GPUs shown free":
-  pack    - eagle3.handoff.run_handoff (registry stop, holder scan, /dev/shm purge, NVML v2 polling).
+  pack    - eagle3.handoff.core.run_handoff (registry stop, holder scan, /dev/shm purge, NVML v2 polling).
   ritual  - H1's steps, adapted to this machine but SAFE: the `systemctl stop` becomes a SIGTERM
             to the service and a wait for it (what systemd's stop does); the name-based
             `ps|grep|kill -9` and the `kill -9 $(fuser /dev/nvidia*)` still run their listing
@@ -33,11 +33,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from eagle3 import procfs  # noqa: E402
+from eagle3.process import procfs  # noqa: E402
 from eagle3.config import Handoff  # noqa: E402
-from eagle3.gpus import NvmlBackend  # noqa: E402
-from eagle3.handoff import run_handoff  # noqa: E402
-from eagle3.services import LaunchSpec, LogProbe, Supervisor, state_dir_for  # noqa: E402
+from eagle3.handoff.gpus import NvmlBackend  # noqa: E402
+from eagle3.handoff.core import run_handoff  # noqa: E402
+from eagle3.process.services import LaunchSpec, LogProbe, Supervisor, state_dir_for  # noqa: E402
 
 SERVICE = [sys.executable, str(REPO / "tests" / "gpu" / "cuda_service.py"), "--gib", "4"]
 THRESHOLD = 16

@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from eagle3.engines.metrics import acceptance, scrape_vllm
 from eagle3.engines.serving import base_url, start_server
-from eagle3.services import Supervisor, state_dir_for
+from eagle3.process.services import Supervisor, state_dir_for
 from eagle3.prompts import load_prompts
 from tests.conftest import free_port, write_tiny_config
 FIX = REPO / "tests" / "fixtures" / "eagle3-tiny"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from .engines.metrics import SpecCounters, acceptance
 
-# What makes a trained drafter's acceptance collapse (field-notes.md F4/F7, eagle3-tools.md §5, §7, §12).
+# What makes a trained drafter's acceptance collapse (docs/FACTS.md §2, §7, §8 F4/F7).
 LIKELY_CAUSES = [
     "weights dropped at load: the engine silently skipped tensors it did not recognise (SGLang drops "
     "`layers.0.*` of a speculators checkpoint and runs a random decoder layer; check the server log for "
@@ -25,7 +25,7 @@ LIKELY_CAUSES = [
 ]
 
 
-# Why a drafter whose tokens are accepted is still slower than no speculation (field-notes.md F4).
+# Why a drafter whose tokens are accepted is still slower than no speculation (docs/FACTS.md §8, F4).
 SLOWER_CAUSES = [
     "low per-position acceptance (F4: ~15 % per draft token): each verify step pays for k draft tokens and "
     "keeps few; look at the per-position column and at the serve-parity gate, which separates a handover "
@@ -99,7 +99,7 @@ def best_k(rows: list[dict]) -> dict[str, dict]:
 
 def speed_and_position_findings(pooled_by_k: dict[int, dict | None], best: dict[str, dict],
                                 first_position_floor: float) -> list[str]:
-    """What F4 looks like (field-notes.md): no k faster than the baseline at any measured
+    """What F4 looks like (docs/FACTS.md §8): no k faster than the baseline at any measured
     concurrency, or the first draft position rarely accepted (the mean length of the best k hides
     it: at 15 % per token, k=3 still gives ~1.45)."""
     findings = []

@@ -8,7 +8,7 @@ import hashlib
 from pathlib import Path
 
 from .errors import PipelineError
-from .gpus import GpuState
+from .handoff.gpus import GpuState
 
 DRAFTER_FILES = ("*.json", "*.safetensors")  # config, index and weights; not logs or optimizer states
 CHUNK = 1 << 20
@@ -34,7 +34,7 @@ def platform(gpus: list[int]) -> dict:
     names and the driver version as NVML reports them (None where NVML is unavailable)."""
     if not gpus:
         return {"device": "cpu", "gpu_names": [], "driver": None}
-    from .gpus import NvmlBackend
+    from .handoff.gpus import NvmlBackend
 
     try:
         backend = NvmlBackend()

@@ -61,7 +61,7 @@ WaitOption = typer.Option(0.0, "--wait", min=0, metavar="SECONDS",
 def _lease(stack: contextlib.ExitStack, run_dir: Path, gpus: list[int], wait_s: float) -> None:
     """Take the run dir's lease (and the GPUs') before anything else touches the run dir; a run
     that holds them already is named and nothing is started or stopped (exit 3)."""
-    from .lease import LeaseBusy, hold
+    from .process.lease import LeaseBusy, hold
 
     try:
         stack.enter_context(hold(run_dir, gpus, wait_s))
@@ -71,8 +71,8 @@ def _lease(stack: contextlib.ExitStack, run_dir: Path, gpus: list[int], wait_s: 
 
 def _recover(cfg, sup, ports: list[int] | None = None) -> None:
     """The run's first handoff: end what a dead earlier run of this run dir left, before the doctor."""
-    from .handoff import recovery_handoff
-    from .handoff_view import summary_line
+    from .handoff.core import recovery_handoff
+    from .handoff.view import summary_line
     from .progress import watched_by
     from .progress_display import Display
 
@@ -153,16 +153,19 @@ def run(config: Path = ConfigArg,
 @contextlib.contextmanager
 def _phase_command(cfg, sup, phase: str, interrupted: str, resume: str = "a rerun resumes where this stopped",
                    on_gate=None, wait_s: float = 0.0, own_server: bool = True):
-    """What every single-phase command shares: the run's leases, then the recovery handoff (for
-    this phase's ports; none when the phase uses someone else's server), SIGTERM unwinding like
+    """What every single-phase command shares: the run's leases, the phase's lock (the one
+    eagle3.pipeline.run_phase takes), then the recovery handoff (for this phase's ports; none when
+    the phase uses someone else's server), SIGTERM unwinding like
     Ctrl-C, errors mapped to exit codes (2 bad input, 1 failure, 3 busy, 130 interrupted), and
     the services the phase started ended."""
     from .errors import GateError
+    from .phases import phase_lock
 
     signal.signal(signal.SIGTERM, _raise_interrupt)
     with contextlib.ExitStack() as stack:
         _lease(stack, cfg.run_dir, list(cfg.gpus), wait_s)
         try:
+            stack.enter_context(phase_lock(cfg, phase))
             _recover(cfg, sup, cfg.phase_ports(phase) if own_server else [])
             yield
         except KeyboardInterrupt:
@@ -261,9 +264,7 @@ def datagen(config: Path = ConfigArg,
     with _phase_command(cfg, sup, "datagen", "finished rows are kept; rerun to resume", wait_s=wait,
                         own_server=not base_url), bar:
         summary = run_datagen(cfg, sup, on_progress=on_progress, base_url=base_url)
-    out.print(f"[green]datagen[/]: {summary.samples}/{summary.total} samples ({summary.new_samples} new, "
-              f"{summary.resumed} resumed, {summary.failed} failed), {summary.completion_tokens} tokens at "
-              f"{summary.output_tok_s:.1f} tok/s, {summary.retries} retries -> {escape(str(summary.output))}")
+    out.print(f"[green]datagen[/]: {escape(summary.headline)}")
 
 
 @app.command()
@@ -286,10 +287,7 @@ def extract(config: Path = ConfigArg,
     with _phase_command(cfg, sup, "extract", "finished hidden-state files are kept; rerun to resume",
                         wait_s=wait), bar:
         summary = run_extract(cfg, sup, force=force, on_progress=on_progress)
-    out.print(f"[green]extract[/]: {summary.samples} hidden-state files ({summary.kept_files} kept, "
-              f"{summary.new_files} new, {summary.redone_files} redone), layers {summary.layer_ids} "
-              f"(vllm convention), {summary.total_tokens} tokens, {summary.total_bytes} bytes -> "
-              f"{escape(str(summary.manifest))}")
+    out.print(f"[green]extract[/]: {escape(summary.headline)}")
 
 
 def _parse_gpus(text: str) -> list[int]:
@@ -321,9 +319,9 @@ def handoff(config: Optional[Path] = typer.Argument(
     """Stop what the pipeline started, purge its stale state and prove the GPUs free; exit 1 if they are not,
     exit 3 if a live run holds the run dir (its services are its own to stop)."""
     from .config import Handoff, load_config as _load_unchecked
-    from .handoff import ports_for, run_handoff
+    from .handoff.core import ports_for, run_handoff
     from .phase_table import next_phase
-    from .handoff_view import renderable
+    from .handoff.view import renderable
 
     if config is None and run_dir is None:
         fail("give a CONFIG or --run-dir DIR (the run dir whose services the handoff stops)")
@@ -372,7 +370,7 @@ def gpus_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON inst
     """Show each NVIDIA GPU: v2 memory used/reserved/free, utilisation and the processes on it."""
     from rich.table import Table
 
-    from .gpus import NvmlBackend, NvmlUnavailable
+    from .handoff.gpus import NvmlBackend, NvmlUnavailable
 
     try:
         with NvmlBackend() as nv:
@@ -441,7 +439,7 @@ def train(config: Path = ConfigArg, wait: float = WaitOption) -> None:
     sup = supervisor(cfg)
     with _phase_command(cfg, sup, "train", "the trainer saves interrupted/ within train.stop_grace_s; "
                         "rerun to resume from it", wait_s=wait):
-        manifest = run_train(cfg, sup)
+        manifest = run_train(cfg, sup).details
     label = "[green]TRAINED[/]" if manifest["trained"] else f"[bold yellow]{manifest['status']}[/]"
     out.print(f"train: {label}\n  checkpoint {escape(str(manifest['checkpoint']))} "
               f"(gated for {manifest['engine']}, aux layer ids "

@@ -52,9 +52,16 @@ class EngineEnv(Strict):
     scripts sit beside it), or a command prefix that enters an environment managed elsewhere
     (e.g. ["conda", "run", "-n", "vllm"]); `python` and console scripts then run under it."""
 
-    python: FsPath | None = None
-    command_prefix: list[str] = Field(default_factory=list)
-    env: dict[EnvName, str] = Field(default_factory=dict)
+    python: FsPath | None = Field(None, description=(
+        "The engine venv's interpreter (its console scripts sit beside it); an executable regular file. "
+        "Set this or `command_prefix`, not both."))
+    command_prefix: list[str] = Field(default_factory=list, description=(
+        "A command that enters an environment managed elsewhere, e.g. `[conda, run, -n, vllm]`; `python` and "
+        "console scripts then run under it."))
+    env: dict[EnvName, str] = Field(default_factory=dict, description=(
+        "Environment variables for the engine's processes. Refused: what the pack sets (`CUDA_VISIBLE_DEVICES`, "
+        "`CUDA_DEVICE_ORDER` from `gpus`, `VLLM_API_KEY`, `VLLM_PORT`, the pack's process marks) and a "
+        "non-loopback `VLLM_HOST_IP` unless a vLLM server has `allow_remote`."))
 
     @model_validator(mode="after")
     def _one_way(self) -> "EngineEnv":
@@ -73,36 +80,56 @@ class EngineEnv(Strict):
 
 
 class Engines(Strict):
-    vllm: EngineEnv | None = None
-    sglang: EngineEnv | None = None
-    speculators: EngineEnv | None = None
+    vllm: EngineEnv | None = Field(None, description="vLLM's environment (datagen, extract, bench).")
+    sglang: EngineEnv | None = Field(None, description="SGLang's environment (datagen, bench).")
+    speculators: EngineEnv | None = Field(None, description="speculators' environment (extract's data "
+                                                            "preparation, train).")
 
 
 class Target(Strict):
-    model: FsPath
-    served_name: str = Field("target", min_length=1, pattern=r"^[A-Za-z0-9._/-]+$")
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    max_model_len: int = Field(4096, gt=0)
-    tensor_parallel_size: int = Field(1, ge=1)
-    trust_remote_code: bool = False
+    model: FsPath = Field(description="The target model: a Hugging Face model dir whose `config.json` is a "
+                                      "regular file.")
+    served_name: str = Field("target", min_length=1, pattern=r"^[A-Za-z0-9._/-]+$",
+                             description="The model name the servers answer to.")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="The target's dtype on "
+                                                                                          "every server.")
+    max_model_len: int = Field(4096, gt=0, description="Context length of every server.")
+    tensor_parallel_size: int = Field(1, ge=1, description="GPUs one server spans.")
+    trust_remote_code: bool = Field(False, description="Let the engines run the model's own code.")
 
 
 class Server(Strict):
     # A host other than loopback makes the server reachable from the network: only on request,
     # and every run and the doctor say so. (Declared first: the host check reads it.)
-    allow_remote: bool = False
-    host: Host = "127.0.0.1"
-    port: Port
-    startup_timeout_s: PositiveFloat = 900.0
-    hang_timeout_s: PositiveFloat = 600.0
-    stop_grace_s: PositiveFloat = 20.0
-    extra_args: list[str] = Field(default_factory=list)
+    allow_remote: bool = Field(False, description=(
+        "Allow a non-loopback `host`; every run, phase command and the flow then warn, and the doctor reports "
+        "`WARN network-exposure`."))
+    host: Host = Field("127.0.0.1", description=(
+        "Address the server binds: a hostname or IPv4 address. Anything beyond loopback is refused unless "
+        "`allow_remote: true`."))
+    port: Port = Field(description="The server's port; a handoff proves it free before the phase and after it.")
+    startup_timeout_s: PositiveFloat = Field(900.0, description=(
+        "Budget from launch to the first 200 of the server's readiness probe; then the whole group is killed "
+        "(retryable). Raise it for large models (30-60 min for DeepSeek/Kimi class)."))
+    hang_timeout_s: PositiveFloat = Field(600.0, description=(
+        "No progress for this long (no log growth, no readiness or output progress, on GPU nodes GPU memory "
+        "that does not move) declares the server hung; its group is killed (retryable)."))
+    stop_grace_s: PositiveFloat = Field(20.0, description=(
+        "SIGTERM to SIGKILL for this server, used by whoever stops it (the phase, the handoff, a recovery)."))
+    extra_args: list[str] = Field(default_factory=list, description=(
+        "More engine flags. Refused (naming both places): every flag the pack sets itself, in any spelling "
+        "(`--flag v`, `--flag=v`, underscores, abbreviations, `-tp`, dotted `--speculative-config.method`, a "
+        "`--config` flag file); listed under \"What is refused\"."))
     # The key the server demands and its clients send: given here (api_key; a config file gets copied
     # around), or by the name of an environment variable that holds it (api_key_env). Under Prefect
     # that variable can be filled from a Secret block (api_key_secret_block; resolved in flows/).
-    api_key: SecretStr | None = None
-    api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
-    api_key_secret_block: str | None = Field(None, pattern=r"^[a-z0-9][a-z0-9-]*$")
+    api_key: SecretStr | None = Field(None, description=(
+        "The key the server demands and its clients send (printable ASCII, no surrounding spaces: it is an HTTP "
+        "header; never echoed). Or name where it comes from with `api_key_env`, not both."))
+    api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description=(
+        "The environment variable holding the key; unset or empty when a phase needs it is an error naming it."))
+    api_key_secret_block: str | None = Field(None, pattern=r"^[a-z0-9][a-z0-9-]*$", description=(
+        "A Prefect Secret block the flow loads into `api_key_env` (which must be set too) before the first phase."))
 
     @model_validator(mode="after")
     def _one_key_source(self) -> "Server":
@@ -150,30 +177,38 @@ class Server(Strict):
 
 
 class Sampling(Strict):
-    temperature: float = Field(0.6, ge=0)
-    top_p: float = Field(0.95, gt=0, le=1)
-    max_tokens: int = Field(2048, gt=0)
-    seed: int | None = 0
+    temperature: float = Field(0.6, ge=0, description="Sampling temperature of the generated answers.")
+    top_p: float = Field(0.95, gt=0, le=1, description="Nucleus sampling of the generated answers.")
+    max_tokens: int = Field(2048, gt=0, description="Longest answer (vLLM clamps it to `max_model_len`).")
+    seed: int | None = Field(0, description="Base seed; each prompt's seed is derived from it and the prompt id, "
+                                            "so a resumed run generates the same text.")
 
 
 class Datagen(Strict):
-    engine: Literal["vllm", "sglang"] = "vllm"
-    prompts: FsPath
-    max_samples: int | None = Field(None, gt=0)
-    server: Server
-    sampling: Sampling = Sampling()
-    concurrency: int = Field(64, ge=1)
-    request_timeout_s: PositiveFloat = 600.0
-    connect_timeout_s: PositiveFloat = 30.0
-    max_retries: int = Field(5, ge=0)
-    fsync_every: int = Field(16, ge=1)
-    # Extra top-level JSON fields for every chat request (chat_template_kwargs, ignore_eos, ...);
-    # they change the generated data, so a resume compares them like the sampling params.
-    request_extra: dict[str, Any] = Field(default_factory=dict)
-    skip_invalid_prompts: bool = False  # False: any malformed prompt row stops the phase before it starts
-    # Prompts the server rejects (e.g. longer than max_model_len) are logged in failures.jsonl; beyond
-    # this share of the set without a sample, the phase fails instead of passing a thin data set on.
-    max_failed_fraction: float = Field(0.01, ge=0, le=1)
+    engine: Literal["vllm", "sglang"] = Field("vllm", description="The engine that serves the target.")
+    prompts: FsPath = Field(description=(
+        "The prompt set, a JSONL regular file: `id` plus `conversations`/`messages` (role/content, or ShareGPT "
+        "from/value) or `prompt`."))
+    max_samples: int | None = Field(None, gt=0, description=(
+        "Use the first N prompts (default: all); the rest are held out for the benchmark."))
+    server: Server = Field(description="The data-generation server (`*.server` below).")
+    sampling: Sampling = Field(Sampling(), description="Sampling of the generated answers (`datagen.sampling`).")
+    concurrency: int = Field(64, ge=1, description="Requests in flight.")
+    request_timeout_s: PositiveFloat = Field(600.0, description="Longest wait for one read of a response.")
+    connect_timeout_s: PositiveFloat = Field(30.0, description="Longest wait to connect to the server.")
+    max_retries: int = Field(5, ge=0, description="Retries of a transient request error, per prompt.")
+    fsync_every: int = Field(16, ge=1, description="Samples written between two fsyncs of samples.jsonl.")
+    # They change the generated data, so a resume compares them like the sampling params.
+    request_extra: dict[str, Any] = Field(default_factory=dict, description=(
+        "Extra top-level JSON fields of every chat request (e.g. `chat_template_kwargs`); a resume must match "
+        "them. Refused: `model`, `messages`, `stream`, `n` (set by the pack) and sampling parameters (they "
+        "belong under `datagen.sampling`)."))
+    skip_invalid_prompts: bool = Field(False, description=(
+        "Skip malformed prompt rows (logged) instead of stopping the phase before it starts."))
+    # Beyond this share of the set without a sample, the phase fails instead of passing a thin data set on.
+    max_failed_fraction: float = Field(0.01, ge=0, le=1, description=(
+        "Share of the prompts that may end without a sample (the server rejected them, e.g. longer than "
+        "`max_model_len`; reasons in failures.jsonl); beyond it the phase fails and a rerun retries only those."))
 
     @field_validator("request_extra")
     @classmethod
@@ -190,14 +225,19 @@ class Datagen(Strict):
 
 
 class Extract(Strict):
-    engine: Literal["vllm"] = "vllm"
-    server: Server
-    aux_layer_ids: list[Annotated[int, Field(ge=0)]] | None = None
-    include_last_layer: bool = True
-    seq_length: int = Field(8192, gt=0)
-    concurrency: int = Field(8, ge=1)
-    hidden_states_dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    max_disk_bytes: int | None = Field(None, gt=0)
+    engine: Literal["vllm"] = Field("vllm", description="The engine that extracts hidden states.")
+    server: Server = Field(description="The extraction server (`*.server` below).")
+    aux_layer_ids: list[Annotated[int, Field(ge=0)]] | None = Field(None, description=(
+        "Target layers whose hidden states the drafter learns from, vllm convention (input of decoder layer k); "
+        "distinct. Default: 2, L//2, L-3 of an L-layer target."))
+    include_last_layer: bool = Field(True, description="Also extract the last layer (the verifier's hidden "
+                                                       "states speculators trains against).")
+    seq_length: int = Field(8192, gt=0, description="Longest sample, in tokens.")
+    concurrency: int = Field(8, ge=1, description="Requests in flight.")
+    hidden_states_dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description=(
+        "dtype of the stored hidden states; `auto` accepts what the engine chose."))
+    max_disk_bytes: int | None = Field(None, gt=0, description=(
+        "Refuse before starting when the estimated hidden states would exceed this many bytes."))
 
     @field_validator("aux_layer_ids")
     @classmethod
@@ -211,15 +251,21 @@ class Extract(Strict):
 
 
 class Train(Strict):
-    epochs: int = Field(3, ge=1)
-    lr: float = Field(1e-4, gt=0)
-    total_seq_len: int = Field(8192, gt=0)
-    draft_vocab_size: int | None = Field(None, gt=0)
-    num_speculative_tokens: int = Field(3, ge=1, le=16)
-    dry_run: Literal["auto", "always", "never"] = "auto"
-    extra_args: list[str] = Field(default_factory=list)
-    stop_grace_s: PositiveFloat = 150.0
-    hang_timeout_s: PositiveFloat = 1800.0
+    epochs: int = Field(3, ge=1, description="Training epochs.")
+    lr: float = Field(1e-4, gt=0, description="Learning rate.")
+    total_seq_len: int = Field(8192, gt=0, description="Tokens per packed training sequence.")
+    draft_vocab_size: int | None = Field(None, gt=0, description="The drafter's vocabulary (default: the "
+                                                                 "trainer's).")
+    num_speculative_tokens: int = Field(3, ge=1, le=16, description="Tokens the drafter proposes per step.")
+    dry_run: Literal["auto", "always", "never"] = Field("auto", description=(
+        "`auto`: a CPU rehearsal (no `gpus`) writes an UNTRAINED dry-run checkpoint instead of training."))
+    extra_args: list[str] = Field(default_factory=list, description=(
+        "More trainer flags; the flags the train phase passes (`--save-path`, `--epochs`, `--lr`, "
+        "`--target-layer-ids`, ...) are refused, in any spelling."))
+    stop_grace_s: PositiveFloat = Field(150.0, description=(
+        "SIGTERM to SIGKILL for the trainer, whoever stops it: the time it has to save `interrupted/`."))
+    hang_timeout_s: PositiveFloat = Field(1800.0, description="No training progress for this long declares the "
+                                                              "trainer hung.")
 
 
 class HiddenStates(Strict):
@@ -229,64 +275,84 @@ class HiddenStates(Strict):
     side, the trainer asking for each sample's hidden states and deleting the file once loaded.
     auto: offline when the estimated files fit the free disk under run_dir with `disk_margin` to
     spare (and within extract.max_disk_bytes), else online."""
-    mode: Literal["auto", "offline", "online"] = "auto"
-    disk_margin: float = Field(0.10, ge=0, lt=1)
-    server_gpus: list[Annotated[int, Field(strict=True, ge=0)]] = Field(default_factory=list)
-    train_gpus: list[Annotated[int, Field(strict=True, ge=0)]] = Field(default_factory=list)
-    # The on-demand cache (files the server wrote and the trainer has not yet loaded and deleted).
+    mode: Literal["auto", "offline", "online"] = Field("auto", description=(
+        "offline: phase 2 writes every sample's hidden-state file, training reads them. online: phase 2 only "
+        "prepares the data; training runs the extraction server beside the trainer, which deletes each file "
+        "once loaded. auto: offline when the estimated files fit the free disk under `run_dir` with "
+        "`disk_margin` to spare (and within `extract.max_disk_bytes`), else online."))
+    disk_margin: float = Field(0.10, ge=0, lt=1, description="Share of the free disk `auto` keeps spare.")
+    server_gpus: list[Annotated[int, Field(strict=True, ge=0)]] = Field(default_factory=list, description=(
+        "online: the extraction server's GPUs; disjoint from `train_gpus`, inside `gpus`, at least "
+        "`target.tensor_parallel_size`."))
+    train_gpus: list[Annotated[int, Field(strict=True, ge=0)]] = Field(default_factory=list, description=(
+        "online: the trainer's GPUs; disjoint from `server_gpus`, inside `gpus`."))
     # Unset: 4 × (samples in flight) × the largest sample's bytes (eagle3/hs_mode.py).
-    cache_max_bytes: int | None = Field(None, gt=0)
+    cache_max_bytes: int | None = Field(None, gt=0, description=(
+        "online: most bytes of files the server wrote and the trainer has not yet loaded and deleted "
+        "(default: 4 × samples in flight × the largest sample's bytes)."))
 
 
 class BenchWatch(Strict):
     """Comparison of each benchmark result with the run dir's bench-history (eagle3/benchwatch.py)."""
 
-    enabled: bool = True
-    fail_on_regression: bool = True
+    enabled: bool = Field(True, description="Compare each result with the run dir's bench history.")
+    fail_on_regression: bool = Field(True, description="A regression fails the phase (exit 1); false: only "
+                                                       "reported.")
     # A figure beyond the noise is a regression only if it is also worse by more than this (percent).
-    acceptance_tolerance_pct: float = Field(3.0, ge=0)
-    speed_tolerance_pct: float = Field(10.0, ge=0)
+    acceptance_tolerance_pct: float = Field(3.0, ge=0, description=(
+        "An acceptance figure outside the history's noise is a regression only when also worse by more than "
+        "this many percent."))
+    speed_tolerance_pct: float = Field(10.0, ge=0, description=(
+        "The same for the speed figures (throughput, speedup)."))
 
 
 class BenchParity(Strict):
     """Serve-parity gate: the drafter served on a sample of its training prompts must come close to
     what training measured on them (eagle3/benchgates.py)."""
 
-    enabled: bool = True
-    prompts: int = Field(16, ge=1)  # spread evenly over the rows data generation used
-    # Measured (acceptance length - 1) must reach this share of training's expectation: a broken
-    # handover gives ~0; the sound fixture drafter, greedy on CPU, 0.35-0.41 (eagle3/benchgates.py).
-    min_fraction: float = Field(0.3, gt=0, le=1)
-    # Training's per-position validation accuracy (speculators' val/full_acc_i_epoch); unset: the
-    # train manifest's `val_full_acc` (recorded by a GPU run). Set it for a bench.drafter.
-    expected_full_acc: list[Annotated[float, Field(ge=0, le=1)]] | None = None
+    enabled: bool = Field(True, description="Serve the drafter on a sample of its training prompts and compare "
+                                            "with what training measured on them.")
+    prompts: int = Field(16, ge=1, description="Training prompts in the sample, spread evenly over the rows data "
+                                               "generation used.")
+    # A broken handover gives ~0; the sound fixture drafter, greedy on CPU, 0.35-0.41 (eagle3/benchgates.py).
+    min_fraction: float = Field(0.3, gt=0, le=1, description=(
+        "Measured (acceptance length - 1) must reach this share of training's expectation."))
+    expected_full_acc: list[Annotated[float, Field(ge=0, le=1)]] | None = Field(None, description=(
+        "Training's per-position validation accuracy (speculators' val/full_acc_i_epoch). Default: the train "
+        "manifest's `val_full_acc` (recorded by a GPU run); set it for a `bench.drafter`."))
 
 
 class Bench(Strict):
-    engine: Literal["vllm", "sglang"] = "vllm"
-    server: Server
-    num_speculative_tokens: list[Annotated[int, Field(ge=1, le=16)]] = Field(default_factory=lambda: [3])
-    concurrency: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [1, 4, 16])
-    num_prompts: int = Field(64, ge=1)
-    max_tokens: int = Field(256, ge=1)
-    temperature: float = Field(0.0, ge=0)
-    warmup_prompts: int = Field(4, ge=0)
-    acceptance_floor: float = Field(1.3, ge=1.0)
-    # False: requests end at EOS, as in real traffic. True: every request runs to max_tokens, which
-    # makes baseline and k runs produce the same token counts even when sampling (temperature > 0).
-    ignore_eos: bool = False
-    # Benchmark prompts. Default (unset): the rows of datagen.prompts that data generation did not
-    # use (held out from training); set it to measure on another prompt set (e.g. MT-Bench as JSONL).
-    prompts: FsPath | None = None
-    # Serve this drafter instead of the train phase's output (a published drafter, or a test
-    # drafter); `drafter_trained` says whether the acceptance gate applies to it.
-    drafter: FsPath | None = None
-    drafter_trained: bool = True
-    client_timeout_s: PositiveFloat = 3600.0  # one `vllm bench serve` / bench_serving invocation
-    # Gate (trained drafter, GPUs): the first draft position's acceptance must reach this (F4: ~0.15).
-    first_position_floor: float = Field(0.3, ge=0, le=1)
-    watch: BenchWatch = BenchWatch()
-    parity: BenchParity = BenchParity()
+    engine: Literal["vllm", "sglang"] = Field("vllm", description="The engine benchmarked.")
+    server: Server = Field(description="The benchmark's servers, one per k (`*.server` below).")
+    num_speculative_tokens: list[Annotated[int, Field(ge=1, le=16)]] = Field(
+        default_factory=lambda: [3], description="Each k measured against the baseline; distinct, sorted.")
+    concurrency: list[Annotated[int, Field(ge=1)]] = Field(
+        default_factory=lambda: [1, 4, 16], description="Each concurrency measured (one window each); distinct, "
+                                                        "sorted.")
+    num_prompts: int = Field(64, ge=1, description="Benchmark prompts per window.")
+    max_tokens: int = Field(256, ge=1, description="Longest answer per request.")
+    temperature: float = Field(0.0, ge=0, description="Sampling temperature of the benchmark requests.")
+    warmup_prompts: int = Field(4, ge=0, description="Unmeasured requests sent to each server "
+                                                                  "before its first window.")
+    acceptance_floor: float = Field(1.3, ge=1.0, description=(
+        "A trained drafter whose best acceptance length is below this fails the phase (exit 1)."))
+    ignore_eos: bool = Field(False, description=(
+        "false: requests end at EOS, as in real traffic. true: every request runs to `max_tokens`, so baseline "
+        "and k runs produce the same token counts even when sampling."))
+    prompts: FsPath | None = Field(None, description=(
+        "Benchmark prompts: a prompt set file (JSONL, JSON, parquet) or a saved dataset directory (README, "
+        "\"Prompt sets\"). Default: the rows of `datagen.prompts` data generation held out."))
+    drafter: FsPath | None = Field(None, description=(
+        "Serve this drafter dir instead of the train phase's output (default: the train phase's manifest)."))
+    drafter_trained: bool = Field(True, description="Whether the acceptance gate applies to `bench.drafter`.")
+    client_timeout_s: PositiveFloat = Field(3600.0, description="Budget of one load-generator window.")
+    # F4 of docs/FACTS.md §8: ~15 % per token.
+    first_position_floor: float = Field(0.3, ge=0, le=1, description=(
+        "Gate for a trained drafter on GPUs: the first draft position's acceptance must reach this share."))
+    watch: BenchWatch = Field(BenchWatch(), description="Comparison with the run dir's bench history "
+                                                        "(`bench.watch` below).")
+    parity: BenchParity = Field(BenchParity(), description="The serve-parity gate (`bench.parity` below).")
 
     @field_validator("num_speculative_tokens", "concurrency")
     @classmethod
@@ -299,30 +365,48 @@ class Bench(Strict):
 
 
 class Handoff(Strict):
-    grace_s: PositiveFloat = 15.0
-    deadline_s: PositiveFloat = 120.0
-    poll_interval_s: PositiveFloat = 0.2
-    used_mib_threshold: int = Field(16, ge=0)
-    protected_process_names: list[str] = Field(default_factory=lambda: list(PROTECTED_PROCESS_NAMES))
-    systemd_units: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9@._:-]+$")]] = Field(default_factory=list)
-    shm_dir: FsPath = Path("/dev/shm")
-    dev_dir: FsPath = Path("/dev")
-    pycache_dirs: list[FsPath] = Field(default_factory=list)
-    extra_ports: list[Port] = Field(default_factory=list)
+    grace_s: PositiveFloat = Field(15.0, description=(
+        "SIGTERM to SIGKILL for a process the handoff ends that has no grace of its own."))
+    deadline_s: PositiveFloat = Field(120.0, description=(
+        "Longest handoff; must exceed `grace_s` (ending the services may take the whole grace) and "
+        "`poll_interval_s`."))
+    poll_interval_s: PositiveFloat = Field(0.2, description="How often the handoff re-checks what it waits for.")
+    used_mib_threshold: int = Field(16, ge=0, description="GPU memory (MiB) above which a GPU counts as in use.")
+    protected_process_names: list[str] = Field(default_factory=lambda: list(PROTECTED_PROCESS_NAMES), description=(
+        "Node daemons that may hold a GPU and are never signalled (default: the NVIDIA persistence, fabric "
+        "manager, DCGM, MPS, device plugin daemons and Xorg)."))
+    systemd_units: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9@._:-]+$")]] = Field(
+        default_factory=list, description=(
+        "systemd units the pipeline owns (e.g. a model server an operator runs as a unit), stopped in a handoff."))
+    shm_dir: FsPath = Field(Path("/dev/shm"), description="Where unused shared-memory files of the pipeline's "
+                                                          "user are purged.")
+    dev_dir: FsPath = Field(Path("/dev"), description="Where the GPU device files are (holders are found by "
+                                                      "their open files).")
+    pycache_dirs: list[FsPath] = Field(default_factory=list, description=(
+        "`__pycache__` dirs, or package dirs whose `__pycache__` dirs are purged of *.pyc in a handoff (a "
+        "patch that keeps mtime and size leaves CPython loading the old bytecode)."))
+    extra_ports: list[Port] = Field(default_factory=list, description="More ports every handoff proves free.")
 
 
 class PipelineConfig(Strict):
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-    run_dir: FsPath
-    gpus: list[Annotated[int, Field(strict=True, ge=0)]] = Field(default_factory=list)
-    target: Target
-    engines: Engines
-    datagen: Datagen
-    extract: Extract
-    train: Train = Train()
-    bench: Bench
-    handoff: Handoff = Handoff()
-    hidden_states: HiddenStates = HiddenStates()
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", description=(
+        "The pipeline's name (Prefect run names, artifact keys, the bench history)."))
+    run_dir: FsPath = Field(description=(
+        "Where every phase's output and the run's state go; created if missing. Refused: system directories "
+        "and anything inside them, `$HOME` or above it, the pack's checkout (or above it, or its sources), a "
+        "file or a path below one, a directory not writable."))
+    gpus: list[Annotated[int, Field(strict=True, ge=0)]] = Field(default_factory=list, description=(
+        "GPU indices in PCI order, distinct; empty: a CPU rehearsal."))
+    target: Target = Field(description="The target model (`target` below).")
+    engines: Engines = Field(description="How to run each engine (`engines.*` below); each engine a phase uses "
+                                         "must be given.")
+    datagen: Datagen = Field(description="Phase 1, data generation (`datagen` below).")
+    extract: Extract = Field(description="Phase 2, hidden-state extraction (`extract` below).")
+    train: Train = Field(Train(), description="Phase 3, drafter training (`train` below).")
+    bench: Bench = Field(description="Phase 4, the benchmark (`bench` below).")
+    handoff: Handoff = Field(Handoff(), description="The GPU handoff between phases (`handoff` below).")
+    hidden_states: HiddenStates = Field(HiddenStates(), description=(
+        "Where training's hidden states come from (`hidden_states` below; README \"Hidden-state modes\")."))
 
     @field_validator("gpus")
     @classmethod
@@ -689,7 +773,7 @@ def _semantic_checks(cfg: PipelineConfig, source: str) -> list[str]:
     if cfg.extract.aux_layer_ids is None and layers is not None:
         default = default_aux_layer_ids(layers)
         if layers and (len(set(default)) != len(default) or not all(0 <= i < layers for i in default)):
-            # vLLM would silently de-duplicate them and die on a shape mismatch (vllm-cpu.md §4)
+            # vLLM would silently de-duplicate them and die on a shape mismatch (docs/FACTS.md §4)
             problems.append(f"{source}: extract.aux_layer_ids: unset, and the default (2, L//2, L-3) = {default} is not "
                             f"three distinct layers of this {layers}-layer target; set it explicitly "
                             f"(ids 0..{layers - 1}, e.g. {[max(0, layers - 3), max(0, layers - 2), layers - 1]})")

@@ -14,12 +14,13 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from . import procfs, progress
+from .process import procfs
+from . import progress
 from .config import PipelineConfig, default_aux_layer_ids, num_hidden_layers, remote_binds
 from .errors import CommandFailed, ConfigError, PipelineError
 from .fsio import atomic_write_json, read_json
 from .layout import RunLayout, state_dir
-from .services import LaunchSpec, Supervisor
+from .process.services import LaunchSpec, Supervisor
 
 ENGINE_SIDE = Path(__file__).resolve().parent / "engine_side"
 PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
@@ -184,8 +185,8 @@ def check_model_files(cfg: PipelineConfig) -> Check:
 def check_ports(cfg: PipelineConfig, sup: Supervisor | None = None) -> Check:
     """A listener this run dir's own earlier run left is ended by the next run's recovery handoff
     (WARN); anyone else's would make a phase fail after its model load (FAIL, naming it)."""
-    from .handoff import ports_for
-    from .holders import Ownership, port_holders
+    from .handoff.core import ports_for
+    from .handoff.holders import Ownership, port_holders
 
     ports = ports_for(cfg, None, None)
     sup = sup or Supervisor(state_dir(cfg.run_dir))
@@ -206,7 +207,7 @@ def check_ports(cfg: PipelineConfig, sup: Supervisor | None = None) -> Check:
 def check_gpus(cfg: PipelineConfig, backend=None) -> Check:
     if not cfg.gpus:
         return Check("gpus", PASS, "CPU rehearsal: no GPUs configured, nothing to verify")
-    from .gpus import NvmlBackend
+    from .handoff.gpus import NvmlBackend
 
     try:
         backend = backend or NvmlBackend()

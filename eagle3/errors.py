@@ -6,7 +6,7 @@ import reprlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .handoff import HandoffReport
+    from .handoff.core import HandoffReport
 
 
 class PipelineError(Exception):
@@ -25,7 +25,7 @@ class GateError(PipelineError):
 
 class HandoffError(PipelineError):
     """GPUs could not be proven free; the next phase must not start. `report` is the handoff's
-    HandoffReport (eagle3.handoff) when the handoff got far enough to write one, else None."""
+    HandoffReport (eagle3.handoff.core) when the handoff got far enough to write one, else None."""
 
     def __init__(self, message: str, report: HandoffReport | None = None):
         super().__init__(message)

@@ -8,9 +8,10 @@
     logs/                    run-level logs (the run's own Prefect server)
     state/                   the run's bookkeeping, never a phase's output:
       services.json, services.lock, owner-token   the supervised-process registry
-      run.lease                                   held by the live run (eagle3.lease)
+      run.lease                                   held by the live run (eagle3.process.lease)
       run.json, progress.json                     what `eagle3 status` reads
       <phase>.done.json, <phase>.started.json     the phase markers (eagle3.pipeline)
+      <phase>.lock                                held while the phase runs (eagle3.phases.phase_lock)
       failures.json, failures.lock                failure signatures for the retry policy
       doctor-cache.json                           the doctor's cached engine probes
       prefect-results/                            the Prefect cache's stored phase results
@@ -84,6 +85,10 @@ class RunLayout:
 
     def started_marker(self, phase: str) -> Path:
         return self.state / f"{phase}.started.json"
+
+    def phase_lock(self, phase: str) -> Path:
+        # Beside the markers, not in the phase dir: a forced phase's dir is deleted while it is held.
+        return self.state / f"{phase}.lock"
 
     # ---- beside the phases ---------------------------------------------------------------------
     def phase_dir(self, phase: str) -> Path:

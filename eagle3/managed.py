@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from .services import OWNER_ENV, SERVICE_ENV
+from .process.services import OWNER_ENV, SERVICE_ENV
 
 SPECULATIVE = ("the pack's own speculative decoding settings (bench: bench.num_speculative_tokens with the trained "
                "or bench.drafter drafter; extract: hidden-state capture; datagen serves the target alone)")

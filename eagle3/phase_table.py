@@ -33,7 +33,7 @@ _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 class Phase:
     name: str
     upstream: str | None  # the phase whose output this one consumes (the previous row)
-    run: str  # "module:function" called as function(cfg, sup, on_progress) -> dict (eagle3.pipeline)
+    run: str  # "module:function" called as function(cfg, sup, on_progress) -> PhaseSummary (eagle3.phases)
     produces: str  # what <run_dir>/<name>/ holds once the phase is done
     server: bool = False  # serves a model: cfg.<name>.server (its port) with engine cfg.<name>.engine
 

@@ -22,7 +22,8 @@ from . import __version__, phase_table, progress
 from .config import PipelineConfig
 from .errors import ConfigError
 from .fsio import atomic_write_json, read_json
-from .services import Supervisor
+from .phases import PhaseSummary, phase_lock
+from .process.services import Supervisor
 
 log = logging.getLogger("eagle3.pipeline")
 
@@ -99,10 +100,17 @@ def clear_phase(cfg: PipelineConfig, phase: str) -> None:
 
 def run_phase(cfg: PipelineConfig, phase: str, sup: Supervisor | None = None, force: bool = False,
               on_progress: progress.ProgressFn | None = None, force_token: str | None = None) -> dict:
-    """Run one phase to completion (resuming what a previous attempt left) and mark it done.
+    """Run one phase to completion (resuming what a previous attempt left) and mark it done, under
+    the phase's lock (a second process on the same phase gets RunDirBusy at once).
 
     `force` wipes the phase's output first, once per `force_token`: a retried run that already
     redid the phase under the same token keeps that fresh output instead of wiping it again."""
+    with phase_lock(cfg, phase):
+        return _run_locked(cfg, phase, sup, force, on_progress, force_token)
+
+
+def _run_locked(cfg: PipelineConfig, phase: str, sup: Supervisor | None, force: bool,
+                on_progress: progress.ProgressFn | None, force_token: str | None) -> dict:
     upstream = require_upstream(cfg, phase)
     marker = done_marker(cfg, phase) or {}
     started = read_json(_started_path(cfg, phase)) or {}
@@ -130,9 +138,11 @@ def run_phase(cfg: PipelineConfig, phase: str, sup: Supervisor | None = None, fo
         raise
     finally:
         sup.stop_all()  # whatever the phase left running is ours to end
-    summary = _jsonable(summary)
+    if not isinstance(summary, PhaseSummary):
+        raise TypeError(f"phase {phase!r} ({phase_table.get(phase).run}) returned {type(summary).__name__}; "
+                        "a phase returns an eagle3.phases.PhaseSummary")
     marker = {"phase": phase, "config": cfg.fingerprint(phase), "upstream": upstream, "code": code_version(phase),
-              "started_at": t0, "finished_at": time.time(), "summary": summary,
+              "started_at": t0, "finished_at": time.time(), "summary": summary.to_dict(),
               "force_token": force_token if force else None}
     marker["fingerprint"] = hashlib.sha256(json.dumps(marker, sort_keys=True, default=str).encode()).hexdigest()[:16]
     atomic_write_json(_marker_path(cfg, phase), marker)
@@ -140,16 +150,3 @@ def run_phase(cfg: PipelineConfig, phase: str, sup: Supervisor | None = None, fo
     log.info("phase %s: done in %.1f s (output %s)", phase, marker["finished_at"] - t0, marker["fingerprint"])
     return marker
 
-
-def _jsonable(summary) -> dict:
-    if summary is None:
-        return {}
-    if hasattr(summary, "to_dict"):
-        return summary.to_dict()
-    if hasattr(summary, "__dataclass_fields__"):
-        import dataclasses
-
-        return json.loads(json.dumps(dataclasses.asdict(summary), default=str))
-    if isinstance(summary, dict):
-        return json.loads(json.dumps(summary, default=str))
-    return {"result": str(summary)}

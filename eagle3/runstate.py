@@ -23,7 +23,8 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-from . import procfs, progress
+from .process import procfs
+from . import progress
 from . import phase_table
 from .config import PipelineConfig
 from .fsio import atomic_write_json

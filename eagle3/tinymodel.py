@@ -18,7 +18,7 @@ from pathlib import Path
 from .config import DEFAULT_CONFIG, EngineEnv, load_config
 from .errors import ConfigError
 from .fsio import atomic_write_json, file_lock, read_json, swap_in_dir
-from .services import LaunchSpec, Supervisor
+from .process.services import LaunchSpec, Supervisor
 
 PACKAGE = Path(__file__).resolve().parent
 BUILDER = PACKAGE / "engine_side" / "make_tiny_model.py"
@@ -31,7 +31,7 @@ REQUIRED_FILES = ("config.json", "generation_config.json", "model.safetensors", 
 @dataclass(frozen=True)
 class TinyModelSpec:
     # 8 layers keep vLLM's default aux layers (2, L//2, L-3) = (2, 4, 5) distinct; with 4 layers
-    # they collapse and an EAGLE-3 drafter gets the wrong fc input width (vllm-cpu.md §4).
+    # they collapse and an EAGLE-3 drafter gets the wrong fc input width (docs/FACTS.md §4).
     layers: int = 8
     hidden: int = 128
     ffn: int = 256

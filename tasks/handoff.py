@@ -10,9 +10,9 @@ from prefect.cache_policies import NO_CACHE
 
 from eagle3.config import load_config
 from eagle3.errors import HandoffError
-from eagle3.handoff import handoff_for_config
+from eagle3.handoff.core import handoff_for_config
 from eagle3.phase_table import next_phase
-from eagle3.handoff_view import summary_line, to_markdown, to_text
+from eagle3.handoff.view import summary_line, to_markdown, to_text
 from tasks.artifact_keys import artifact_key
 
 

@@ -62,10 +62,12 @@ def phase_task(config_path: str, phase: str, upstream: str | None = None, force:
         raise
     failures.clear(cfg.run_dir, phase)
     update_progress_artifact(artifact_id=artifact_id, progress=100.0)
-    summary = marker.get("summary", {})
-    lines = "\n".join(f"| {k} | {v} |" for k, v in summary.items() if not isinstance(v, (dict, list)))
+    summary = marker["summary"]  # eagle3.phases.PhaseSummary.to_dict()
+    details = summary["details"]
+    lines = "\n".join(f"| {k} | {v} |" for k, v in details.items() if not isinstance(v, (dict, list)))
     create_markdown_artifact(key=artifact_key(cfg.name, phase),
-                             markdown=f"### {phase} done\n\n| item | value |\n|---|---|\n{lines}\n",
+                             markdown=f"### {phase} done\n\n{summary['headline']}\n\n"
+                                      f"| item | value |\n|---|---|\n{lines}\n",
                              description=f"{cfg.name}: {phase} summary")
     logger.info("phase %s done (output %s)", phase, marker["fingerprint"])
     return {"phase": phase, "fingerprint": marker["fingerprint"], "summary": summary}

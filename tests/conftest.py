@@ -71,7 +71,7 @@ def tiny_model() -> Path:
 @pytest.fixture(scope="session")
 def tiny_constant_model() -> Path:
     """The tiny target with model.norm.weight zeroed: greedy decoding always emits token 0 (the
-    100 %-acceptance check of vllm-cpu.md §6)."""
+    100 %-acceptance check of docs/FACTS.md §5)."""
     if not engine_available():
         pytest.skip("engine venv missing: run `make engine-env`")
     from eagle3.tinymodel import TinyModelSpec, ensure_tiny_model
@@ -158,9 +158,9 @@ def vllm_server(tiny_model, tmp_path_factory):
     session: ~50 s to start, ~3 GiB. It is configured as the datagen server of `.config` (on a free
     port). Teardown stops it and fails the session unless its whole process group is gone, the
     registry is empty and the port is closed."""
-    from eagle3 import procfs
+    from eagle3.process import procfs
     from eagle3.engines.serving import base_url, start_server
-    from eagle3.services import Supervisor, state_dir_for
+    from eagle3.process.services import Supervisor, state_dir_for
 
     cfg = write_tiny_config(tmp_path_factory.mktemp("vllm-server"), {"datagen": {"server": {"port": free_port()}}})
     sup = Supervisor(state_dir_for(cfg.run_dir))

@@ -14,8 +14,8 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-from eagle3 import procfs
-from eagle3.gpus import GpuProcess, GpuQueryError, GpuState
+from eagle3.process import procfs
+from eagle3.handoff.gpus import GpuProcess, GpuQueryError, GpuState
 
 TOTAL_MIB = 143771.0
 RESERVED_MIB = 615.0

@@ -221,7 +221,7 @@ def test_the_bench_phase_fails_on_a_regression_naming_the_change(recorded, tmp_p
     assert text.startswith("benchmark regression: regression against the last good run " + first_name)
     assert f"engine version {first['engine_version']} -> 0.33.0" in text and "acceptance_length" in text
     assert "acceptance gate failed" not in text  # the gate passed (floor 1.0): the regression alone fails it
-    assert err.value.summary["watch"] == "regression"
+    assert err.value.summary.details["watch"] == "regression"
     results = json.loads(paths.results.read_text())
     assert results["watch"]["status"] == "regression" and results["gate"]["status"] == "passed"
     assert "**Compared with history** (regression)" in paths.report.read_text()

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from eagle3.cli import app
 from eagle3.doctor import (FAIL, PASS, WARN, check_aux_layers, check_disk, check_network_exposure, check_ports,
                            check_target_support, run_doctor)
-from eagle3.services import Supervisor
+from eagle3.process.services import Supervisor
 
 from tests.conftest import requires_engine
 
@@ -75,8 +75,8 @@ def test_busy_port_fails(make_config, tiny_model):
 
 
 def test_port_check_names_listeners_and_tells_own_leftovers_from_foreign(make_config, spawner, tmp_path):
-    from eagle3 import procfs
-    from eagle3.services import LaunchSpec, Supervisor, state_dir_for
+    from eagle3.process import procfs
+    from eagle3.process.services import LaunchSpec, Supervisor, state_dir_for
     from tests.conftest import free_port
     from tests.procutil import LISTEN, PY, wait_until
 

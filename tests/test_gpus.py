@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from eagle3.gpus import GpuQueryError, NvmlBackend, NvmlUnavailable, gpu_sampler
+from eagle3.handoff.gpus import GpuQueryError, NvmlBackend, NvmlUnavailable, gpu_sampler
 from tests.fakegpu import FakeGpuBackend
 from tests.procutil import HOLD, PY, wait_until
 

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from eagle3 import procfs
+from eagle3.process import procfs
 from eagle3.config import Handoff
 from eagle3.errors import HandoffError
-from eagle3.gpus import NvmlUnavailable
-from eagle3.handoff import handoff_for_config, ports_for, run_handoff
-from eagle3.handoff_view import summary_line, to_markdown, to_text
-from eagle3.services import Entry, LaunchSpec, Registry, Supervisor, state_dir_for
+from eagle3.handoff.gpus import NvmlUnavailable
+from eagle3.handoff.core import handoff_for_config, ports_for, run_handoff
+from eagle3.handoff.view import summary_line, to_markdown, to_text
+from eagle3.process.services import Entry, LaunchSpec, Registry, Supervisor, state_dir_for
 from tests.fakegpu import FakeGpuBackend
 from tests.procutil import HOLD, LISTEN, PY, SLEEP, free_port, gone, holds, wait_until
 
@@ -157,7 +157,7 @@ def test_observer_beside_a_foreign_cuda_process_only_the_cuda_process_is_named(e
 
 
 def test_service_that_survives_sigkill_is_named_with_its_state_and_the_gpu_it_pins(env, monkeypatch, freezer):
-    monkeypatch.setattr("eagle3.services.KILL_WAIT_S", 1.0)
+    monkeypatch.setattr("eagle3.process.services.KILL_WAIT_S", 1.0)
     proc = env.launch(HOLD, env.gpus.device(0), "ignore-term")
     freezer.freeze(proc.pid)  # state D, as a task stuck in a driver call: SIGKILL stays pending
     t0 = time.monotonic()
@@ -252,7 +252,7 @@ def test_unknown_gpu_index_fails_closed(env):
 
 
 def test_no_nvml_with_gpus_configured_cannot_verify(tmp_path):
-    from eagle3.gpus import NvmlBackend
+    from eagle3.handoff.gpus import NvmlBackend
 
     try:
         NvmlBackend().close()

@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from eagle3 import procfs
-from eagle3.holders import Ownership, find_holders
-from eagle3.services import LaunchSpec, Supervisor, state_dir_for
+from eagle3.process import procfs
+from eagle3.handoff.holders import Ownership, find_holders
+from eagle3.process.services import LaunchSpec, Supervisor, state_dir_for
 from tests.fakegpu import FakeGpuBackend
 from tests.procutil import HOLD, PY, wait_until
 

@@ -174,7 +174,7 @@ def test_cache_guard_stops_the_step_past_its_bound_and_removes_only_unlocked_orp
 
 def test_handoff_purges_the_online_cache(tmp_path):
     from eagle3.config import Handoff
-    from eagle3.handoff import run_handoff
+    from eagle3.handoff.core import run_handoff
 
     cache = hs_mode.online_cache_dir(tmp_path / "run")
     cache.mkdir(parents=True)

@@ -3,7 +3,9 @@
   - the core (eagle3/) never imports Prefect, flows/ or tasks/; the one exception is the CLI's
     entry into the flow (`eagle3 run`), inside its function;
   - a phase (eagle3/phases/) never imports the pipeline module that runs it;
-  - tasks/ never imports flows/ (a flow composes tasks, not the other way round).
+  - tasks/ never imports flows/ (a flow composes tasks, not the other way round);
+  - the process layer (eagle3/process/) never imports the handoff (eagle3/handoff/), which builds
+    on it; the one exception is the watchdog's lazy NVML memory sample.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 CLI_FLOW_ENTRY = {("eagle3/cli.py", "flows.local_server"), ("eagle3/cli.py", "flows.pipeline")}
+WATCHDOG_NVML = ("eagle3/process/services.py", "eagle3.handoff.gpus")
 
 
 def imports(path: Path, rel: Path | None = None) -> list[tuple[str, int, bool]]:
@@ -63,6 +66,18 @@ def test_tasks_never_import_flows():
     bad = [f"{p.relative_to(REPO)}:{line} imports {m}" for p in files("tasks") for m, line, _ in imports(p)
            if under(m, "flows")]
     assert not bad, "\n".join(bad)
+
+
+def test_the_process_layer_never_imports_the_handoff():
+    bad = []
+    for path in files("eagle3/process"):
+        rel = str(path.relative_to(REPO))
+        for module, line, top in imports(path):
+            if under(module, "eagle3.handoff") and not ((rel, module) == WATCHDOG_NVML and not top):
+                bad.append(f"{rel}:{line} imports {module}")
+    assert not bad, "eagle3.handoff builds on eagle3.process, not the other way round:\n" + "\n".join(bad)
+    assert any(m == WATCHDOG_NVML[1] and not top for m, _, top in imports(REPO / WATCHDOG_NVML[0])), \
+        "the named exception is gone: drop it from the contract"
 
 
 def test_the_checker_sees_relative_and_lazy_imports(tmp_path):

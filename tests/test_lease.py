@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from eagle3 import procfs
-from eagle3.lease import LeaseBusy, gpu_holders, hold, lease_holder, run_lease_path
+from eagle3.process import procfs
+from eagle3.process.lease import LeaseBusy, gpu_holders, hold, lease_holder, run_lease_path
 
 PY = sys.executable
 EAGLE3 = str(Path(PY).parent / "eagle3")
@@ -23,7 +23,7 @@ EAGLE3 = str(Path(PY).parent / "eagle3")
 def holder_script(run_dir: Path, gpus: list[int], hold_s: float = 300.0) -> str:
     return textwrap.dedent(f"""
         import time
-        from eagle3.lease import hold
+        from eagle3.process.lease import hold
         with hold({str(run_dir)!r}, {gpus!r}):
             print("ready", flush=True)
             time.sleep({hold_s})

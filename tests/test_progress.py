@@ -197,7 +197,7 @@ def test_status_file_is_throttled_but_writes_starts_and_ends_at_once(tmp_path):
 # ---- emitters ----------------------------------------------------------------------------------
 
 def test_wait_ready_calls_its_heartbeat_while_waiting(tmp_path):
-    from eagle3.services import LaunchSpec, LogProbe, Supervisor
+    from eagle3.process.services import LaunchSpec, LogProbe, Supervisor
     from tests.procutil import PY
 
     sup = Supervisor(tmp_path / "state")
@@ -236,7 +236,7 @@ def test_server_startup_is_a_wait_then_a_ready_note(tmp_path):
 
 
 def test_a_handoff_is_one_line(tmp_path, make_config):
-    from eagle3.handoff import handoff_for_config
+    from eagle3.handoff.core import handoff_for_config
 
     cfg = make_config(check_files=False)
     lines: list[str] = []

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from eagle3 import procfs
+from eagle3.process import procfs
 from eagle3.errors import CommandFailed, HandoffError, ServiceExited, ServiceHung, ServiceStartTimeout
-from eagle3.gpus import gpu_sampler
-from eagle3.services import (OWNER_ENV, SERVICE_ENV, Entry, HttpProbe, LaunchSpec, LogProbe, Registry, Supervisor,
-                             Watchdog, state_dir_for)
-from eagle3.systemd import stop_units
+from eagle3.handoff.gpus import gpu_sampler
+from eagle3.process.services import (OWNER_ENV, SERVICE_ENV, Entry, HttpProbe, LaunchSpec, LogProbe, Registry,
+                                     Supervisor, Watchdog, state_dir_for)
+from eagle3.handoff.systemd import stop_units
 from tests.fakegpu import FakeGpuBackend
 from tests.procutil import DEAF, HOLD, PY, SLEEP, free_port, gone, wait_until
 
@@ -97,7 +97,7 @@ def test_crashed_orchestrator_leaves_a_registry_that_a_new_one_sweeps(tmp_path, 
     crash = textwrap.dedent(f"""
         import os, sys
         from pathlib import Path
-        from eagle3.services import LaunchSpec, Supervisor
+        from eagle3.process.services import LaunchSpec, Supervisor
         sup = Supervisor({str(state)!r})
         p = sup.launch(LaunchSpec(name="orphan", argv=[sys.executable, "-c", {SLEEP!r}], log=Path({str(tmp_path / "o.log")!r})))
         print(p.pid, flush=True)
@@ -362,7 +362,7 @@ def test_one_shot_command_writing_outputs_is_progressing(tmp_path, sup, watched)
 
 
 def test_service_that_survives_sigkill_is_reported_with_its_kernel_state(tmp_path, sup, monkeypatch, freezer):
-    monkeypatch.setattr("eagle3.services.KILL_WAIT_S", 0.5)
+    monkeypatch.setattr("eagle3.process.services.KILL_WAIT_S", 0.5)
     proc = sup.launch(spec(tmp_path, DEAF))
     wait_log(proc.spec.log, "ready")
     freezer.freeze(proc.pid)

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from eagle3.errors import CommandFailed
-from eagle3.services import LaunchSpec, Supervisor
+from eagle3.process.services import LaunchSpec, Supervisor
 
 from tests.conftest import REPO, engine_available
 

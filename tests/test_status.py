@@ -13,13 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from eagle3 import lease, progress
+from eagle3.process import lease
+from eagle3 import progress
 from eagle3.phase_table import PIPELINE
 from eagle3.errors import GateError
 from eagle3.pipeline import supervisor
 from eagle3.progress import END, PROGRESS, START, Event
 from eagle3.runstate import recording, run_file
-from eagle3.services import LaunchSpec
+from eagle3.process.services import LaunchSpec
 from tests.procutil import PY, SLEEP
 
 EAGLE3 = str(Path(sys.executable).parent / "eagle3")

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from eagle3 import procfs
-from eagle3.terminate import end_processes
+from eagle3.process import procfs
+from eagle3.process.terminate import end_processes
 from tests.procutil import DEAF, SLEEP, wait_until
 
 pytestmark = pytest.mark.timeout(60)
@@ -58,7 +58,7 @@ def test_task_state_reads_what_the_kernel_says(spawner):
 
 
 def test_survivor_of_sigkill_is_reported_with_its_kernel_state(spawner, monkeypatch, freezer):
-    monkeypatch.setattr("eagle3.terminate.KILL_WAIT_S", 1.0)
+    monkeypatch.setattr("eagle3.process.terminate.KILL_WAIT_S", 1.0)
     p = spawner.start(DEAF)
     freezer.freeze(p.pid)
     t0 = time.monotonic()

@@ -1,5 +1,5 @@
 """What each serving engine's EAGLE-3 loader reads from a drafter checkpoint (config fields, weight
-names and shapes), and the two aux-layer id conventions (eagle3-tools.md §5).
+names and shapes), and the two aux-layer id conventions (docs/FACTS.md §2).
 
 Two checkpoint layouts exist:
   speculators  `speculators_model_type: eagle3`, decoder fields nested in `transformer_layer_config`,

@@ -20,7 +20,7 @@ from pathlib import Path
 from ..config import EngineEnv
 from ..errors import ConfigError
 from ..fsio import atomic_write_json, file_lock, read_json, swap_in_dir
-from ..services import LaunchSpec, Supervisor
+from ..process.services import LaunchSpec, Supervisor
 
 BUILDER = Path(__file__).resolve().parent.parent / "engine_side" / "make_eagle3_drafter.py"
 STAMP = "eagle3-test-drafter.json"

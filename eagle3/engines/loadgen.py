@@ -17,7 +17,7 @@ from pathlib import Path
 from ..config import EngineEnv
 from ..errors import CommandFailed, ServiceHung, ServiceStartTimeout
 from ..fsio import atomic_write_json
-from ..services import LaunchSpec, Supervisor, Watchdog
+from ..process.services import LaunchSpec, Supervisor, Watchdog
 from . import benchclient
 
 DRIVER = Path(__file__).resolve().parent.parent / "engine_side" / "vllm_bench_driver.py"

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from .. import procfs, progress
+from ..process import procfs
+from .. import progress
 from ..config import PipelineConfig, Server
 from ..errors import PipelineError
-from ..services import LaunchSpec, Process, Supervisor
+from ..process.services import LaunchSpec, Process, Supervisor
 from . import sglang, vllm
 
 ADAPTERS = {"vllm": vllm, "sglang": sglang}

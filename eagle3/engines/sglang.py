@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..config import EngineEnv, Server, Target
-from ..services import HttpProbe, LogProbe, Probe
+from ..process.services import HttpProbe, LogProbe, Probe
 
 READY_LINE = r"The server is fired up and ready to roll!"
 

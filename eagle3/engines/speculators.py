@@ -1,7 +1,7 @@
 """Command lines of the speculators CLI (0.9), one builder per subcommand.
 
 Pure functions from explicit arguments to argv lists; running them is the supervised-services
-layer's job. Flags and their traps are documented in shared/research/eagle3-tools.md §2.
+layer's job. The flags' traps are in docs/FACTS.md §1.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..config import EngineEnv, Server, Target
-from ..services import HttpProbe, Probe
+from ..process.services import HttpProbe, Probe
 
 
 def serve_argv(env: EngineEnv, target: Target, server: Server, extra: list[str] = ()) -> list[str]:

@@ -60,8 +60,8 @@ from ..progress import PhaseProgress
 from ..prompts import load_prompts
 from ..promptsets import load_prompt_set
 from ..report import write_report
-from ..services import Process, Supervisor
-from . import ProgressFn, run_coroutine
+from ..process.services import Process, Supervisor
+from . import PhaseSummary, ProgressFn, run_coroutine
 
 PHASE = "bench"
 SCHEMA = 1
@@ -409,7 +409,7 @@ def _server_key(cfg: PipelineConfig, k: int, drafter: dict, prompts: dict, probe
 def _handoff(cfg: PipelineConfig, sup: Supervisor, after: str, before: str) -> dict:
     """The same proof as between phases: the previous server's processes gone, its port closed,
     and on a GPU node every configured GPU back to ~0 MiB, before the next server may load."""
-    from ..handoff import run_handoff
+    from ..handoff.core import run_handoff
 
     report = run_handoff(cfg.run_dir, cfg.handoff, list(cfg.gpus), cfg.phase_ports(PHASE),
                          label=f"bench-{_slug(after)}-to-{_slug(before)}", supervisor=sup)
@@ -425,9 +425,9 @@ def _history_path(paths: BenchPaths, now: datetime) -> Path:
     return path
 
 
-def run_bench(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | None = None) -> dict:
+def run_bench(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | None = None) -> PhaseSummary:
     """Run (or finish) the benchmark; returns the summary. Raises GateError (not retryable, with the
-    summary as `.summary`) when a trained drafter's acceptance length is below
+    PhaseSummary as `.summary`) when a trained drafter's acceptance length is below
     bench.acceptance_floor, after writing everything."""
     b = cfg.bench
     paths = BenchPaths.of(cfg)
@@ -480,19 +480,23 @@ def run_bench(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | No
     atomic_write_json(history, results)
     write_report(results, paths.report, paths.plot)
     trend = write_trend(paths.history, paths.trend, paths.trend_plot)
-    summary = {"results": str(paths.results), "report": str(paths.report), "plot": str(paths.plot),
+    details = {"results": str(paths.results), "report": str(paths.report), "plot": str(paths.plot),
                "trend": str(paths.trend), "trend_plot": str(paths.trend_plot), "trend_rows": trend,
                "history": str(history), "drafter": drafter["path"], "trained": drafter["trained"],
                "engine_version": results["engine_version"], "gate": results["gate"]["status"],
                "best_acceptance_length": results["gate"]["best_acceptance_length"],
                "best_k": results["best_k"], "table": results["table"],
                "watch": (results.get("watch") or {}).get("status")}
+    summary = PhaseSummary(str(paths.results), (
+        f"gate {details['gate']}, best acceptance length {details['best_acceptance_length']}, drafter "
+        f"{'trained' if drafter['trained'] else 'UNTRAINED'}, watch {details['watch'] or '-'} -> {paths.report}"),
+        details)
     failures = []
     if results["gate"]["status"] == "failed":
         failures.append(gate_error_text(results["gate"], str(paths.results)))
     if (results.get("parity") or {}).get("status") == "failed":
         failures.append(parity_error_text(results["parity"], str(paths.results)))
-    if summary["watch"] == "regression" and w.fail_on_regression:
+    if details["watch"] == "regression" and w.fail_on_regression:
         failures.append(f"benchmark regression: {results['watch']['message']}.\nAll numbers: {paths.results}; "
                         f"the report compares every figure with its interval: {paths.report}")
     if failures:

@@ -36,8 +36,8 @@ from ..openai_client import (EndpointConfigError, InvalidResponse, OpenAIClient,
                              RetryPolicy)
 from ..progress import PhaseProgress
 from ..prompts import Prompt, PromptSet, load_prompts
-from ..services import Process, Supervisor
-from . import ProgressFn, exclusive_phase_dir, run_coroutine
+from ..process.services import Process, Supervisor
+from . import PhaseSummary, ProgressFn, run_coroutine
 
 PHASE = "datagen"
 SEED_POLICY = "seed + sha256(id)"  # recorded: per-id seeds keep a resumed row identical to an uninterrupted one
@@ -64,10 +64,6 @@ class DatagenPaths:
     @property
     def summary(self) -> Path:
         return self.dir / "summary.json"
-
-    @property
-    def lock(self) -> Path:
-        return self.dir / ".datagen.lock"
 
     @classmethod
     def of(cls, cfg: PipelineConfig) -> "DatagenPaths":
@@ -302,23 +298,19 @@ async def _generate(cfg: PipelineConfig, url: str, todo: list[Prompt], done_befo
 
 
 def run_datagen(cfg: PipelineConfig, sup: Supervisor | None, on_progress: ProgressFn | None = None,
-                base_url: str | None = None) -> DatagenSummary:
-    """Generate (or finish generating) the phase's samples; returns the summary, also written to summary.json.
+                base_url: str | None = None) -> PhaseSummary:
+    """Generate (or finish generating) the phase's samples; returns the summary (details: the
+    DatagenSummary, also written to summary.json).
 
     Without `base_url` the configured engine's server is started under `sup` and always stopped
     before returning, also on error. With `base_url` an already running server is used (sup may be None).
     `on_progress(done, total)` is called as prompts finish (at most every 0.1 s, and once at the end).
-    Raises ConfigError (bad prompts, settings differ from the manifest, wrong model/key), RunDirBusy,
+    The caller holds the phase lock (eagle3.phases.phase_lock).
+    Raises ConfigError (bad prompts, settings differ from the manifest, wrong model/key),
     or a retryable error (server died, endpoint unreachable): a rerun resumes."""
     t_start = time.monotonic()
     paths = DatagenPaths.of(cfg)
     paths.dir.mkdir(parents=True, exist_ok=True)
-    with exclusive_phase_dir(paths.lock, "data-generation client"):
-        return _run_locked(cfg, sup, paths, on_progress, base_url, t_start)
-
-
-def _run_locked(cfg: PipelineConfig, sup: Supervisor | None, paths: DatagenPaths, on_progress: ProgressFn | None,
-                base_url: str | None, t_start: float) -> DatagenSummary:
     d = cfg.datagen
     prompts = load_prompts(d.prompts, d.max_samples, skip_invalid=d.skip_invalid_prompts)
     for problem in prompts.problems:
@@ -334,7 +326,7 @@ def _run_locked(cfg: PipelineConfig, sup: Supervisor | None, paths: DatagenPaths
     progress = _Progress(report, len(prompts.prompts))
     progress(len(done_ids), force=True)
     stats = _Stats()
-    endpoint, model = base_url or server_url(d.server), cfg.target.served_name
+    endpoint = base_url or server_url(d.server)
 
     if todo:
         paths.summary.unlink(missing_ok=True)  # a summary means "the last run ended normally"
@@ -352,18 +344,28 @@ def _run_locked(cfg: PipelineConfig, sup: Supervisor | None, paths: DatagenPaths
             if proc is not None:
                 proc.stop()
 
-    samples = len(done_ids) + stats.new
-    progress(samples + stats.failed, force=True, stats=stats)
+    progress(len(done_ids) + stats.new + stats.failed, force=True, stats=stats)
+    return _finish(cfg, paths, prompts, len(done_ids), stats, endpoint, t_start)
+
+
+def _finish(cfg: PipelineConfig, paths: DatagenPaths, prompts: PromptSet, resumed: int, stats: _Stats,
+            endpoint: str, t_start: float) -> PhaseSummary:
+    """Write summary.json, then apply the failed-prompts gate."""
+    d = cfg.datagen
     summary = DatagenSummary(
-        samples=samples, total=len(prompts.prompts), new_samples=stats.new, resumed=len(done_ids),
+        samples=resumed + stats.new, total=len(prompts.prompts), new_samples=stats.new, resumed=resumed,
         failed=stats.failed, invalid_prompts=len(prompts.problems), prompt_tokens=stats.prompt_tokens,
         completion_tokens=stats.completion_tokens, retries=stats.retries,
         generation_s=round(stats.generation_s, 3), elapsed_s=round(time.monotonic() - t_start, 3),
         output_tok_s=round(stats.completion_tokens / stats.generation_s, 2) if stats.generation_s > 0 else 0.0,
-        endpoint=endpoint, model=model, output=str(paths.samples))
-    atomic_write_json(paths.summary, {**asdict(summary), "complete": summary.complete})
+        endpoint=endpoint, model=cfg.target.served_name, output=str(paths.samples))
+    details = {**asdict(summary), "complete": summary.complete}
+    atomic_write_json(paths.summary, details)
     missing = summary.total - summary.samples
     if missing > d.max_failed_fraction * summary.total:
         raise GateError(f"{missing} of {summary.total} prompts have no sample (allowed: datagen.max_failed_fraction "
                         f"= {d.max_failed_fraction}); reasons in {paths.failures}. A rerun retries only those prompts.")
-    return summary
+    return PhaseSummary(summary.output, (
+        f"{summary.samples}/{summary.total} samples ({summary.new_samples} new, {summary.resumed} resumed, "
+        f"{summary.failed} failed), {summary.completion_tokens} tokens at {summary.output_tok_s:.1f} tok/s, "
+        f"{summary.retries} retries -> {summary.output}"), details)

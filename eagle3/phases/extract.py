@@ -45,8 +45,8 @@ from ..engines.serving import base_url, start_server
 from ..errors import ConfigError, GateError, PipelineError, TransientError
 from ..fsio import atomic_write_json, read_json
 from ..progress import PhaseProgress
-from ..services import LaunchSpec, Process, Supervisor, StopOutcome, stop_entry
-from . import ProgressFn, exclusive_phase_dir
+from ..process.services import LaunchSpec, Process, Supervisor, StopOutcome, stop_entry
+from . import PhaseSummary, ProgressFn
 from .extract_disk import (HEADER_BYTES, DiskSpaceError, bytes_per_token, check_disk, estimate_from_samples,
                            exact_estimate)
 from .extract_manifest import (CONVENTION, CONVENTION_NOTE, DTYPE_BYTES, FILE_PATTERN, ExtractManifest, LayerPlan,
@@ -73,7 +73,6 @@ class ExtractPaths:
     manifest = property(lambda self: self.dir / "manifest.json")
     summary = property(lambda self: self.dir / "summary.json")
     logs = property(lambda self: self.dir / "logs")
-    lock = property(lambda self: self.dir / ".extract.lock")
 
     @classmethod
     def of(cls, cfg: PipelineConfig) -> "ExtractPaths":
@@ -332,10 +331,11 @@ def _clean_scan(paths: ExtractPaths, scan: Scan) -> None:
 
 
 def run_extract(cfg: PipelineConfig, sup: Supervisor | None = None, on_progress: ProgressFn | None = None,
-                force: bool = False) -> ExtractSummary:
-    """Extract (or finish extracting) hidden states for phase 1's samples; returns the summary, also
-    written to summary.json. Raises ConfigError before anything starts (layer ids, changed settings,
-    max_disk_bytes), DiskSpaceError (free space), RunDirBusy, or a retryable error (server died)."""
+                force: bool = False) -> PhaseSummary:
+    """Extract (or finish extracting) hidden states for phase 1's samples; returns the summary (details:
+    the ExtractSummary, also written to summary.json). The caller holds the phase lock. Raises
+    ConfigError before anything starts (layer ids, changed settings, max_disk_bytes), DiskSpaceError
+    (free space), or a retryable error (server died)."""
     t0 = time.monotonic()
     paths = ExtractPaths.of(cfg)
     plan = resolve_layer_plan(cfg)  # before the phase dir is even created
@@ -344,14 +344,18 @@ def run_extract(cfg: PipelineConfig, sup: Supervisor | None = None, on_progress:
         raise ConfigError(f"phase 'extract' needs phase 1's output {samples}; run the datagen phase first "
                           "(`eagle3 run --only datagen`)")
     paths.dir.mkdir(parents=True, exist_ok=True)
-    with exclusive_phase_dir(paths.lock, "extraction"):
-        sup = sup or Supervisor.for_run(cfg.run_dir, list(cfg.gpus))
-        report = PhaseProgress(PHASE, on_progress, unit="samples")
-        return _run_locked(cfg, sup, paths, plan, samples, report, force, t0)
+    sup = sup or Supervisor.for_run(cfg.run_dir, list(cfg.gpus))
+    summary = _extract(cfg, sup, paths, plan, samples, PhaseProgress(PHASE, on_progress, unit="samples"), force, t0)
+    files = (f"{summary.samples} hidden-state files ({summary.kept_files} kept, {summary.new_files} new, "
+             f"{summary.redone_files} redone)" if summary.mode == "offline" else
+             f"{summary.samples} samples prepared, hidden states {summary.mode} (no files)")
+    return PhaseSummary(summary.manifest, (
+        f"{files}, layers {summary.layer_ids} (vllm convention), {summary.total_tokens} tokens, "
+        f"{summary.total_bytes} bytes -> {summary.manifest}"), asdict(summary))
 
 
-def _run_locked(cfg: PipelineConfig, sup: Supervisor, paths: ExtractPaths, plan: LayerPlan, samples: Path,
-                report: PhaseProgress, force: bool, t0: float) -> ExtractSummary:
+def _extract(cfg: PipelineConfig, sup: Supervisor, paths: ExtractPaths, plan: LayerPlan, samples: Path,
+             report: PhaseProgress, force: bool, t0: float) -> ExtractSummary:
     dtype = extraction_dtype(cfg)
     per_token = bytes_per_token(len(plan.layer_ids), plan.hidden_size, DTYPE_BYTES[dtype])
     settings = content_settings(cfg, plan, dtype, samples)

@@ -3,7 +3,7 @@
 Layer ids follow vLLM's / speculators' convention ("vllm"): id k is the hidden state ENTERING
 decoder layer k, i.e. the output of layer k-1 (Hugging Face `output_hidden_states[k]`); id L (the
 layer count) is the output of the last decoder layer BEFORE the final norm. SGLang/SpecForge
-configs name the same tensor k-1 (eagle3-tools.md §5), so an id is meaningless without its
+configs name the same tensor k-1 (docs/FACTS.md §2), so an id is meaningless without its
 convention: both are written into run_dir/extract/manifest.json, and training and benchmark read
 them from there (read_extract_manifest) instead of recomputing them from the config.
 """

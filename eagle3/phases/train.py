@@ -39,9 +39,9 @@ from ..engines.speculators import train_argv
 from ..errors import CommandFailed, ConfigError, GateError, PipelineError, TransientError
 from ..fsio import atomic_write_json, fsync_dir, read_json
 from ..progress import PhaseProgress
-from ..services import LaunchSpec, Supervisor
+from ..process.services import LaunchSpec, Supervisor
 from ..train_resume import INTERRUPTED, checkpoint_freq_allows_resume, finished_checkpoint, prepare_resume
-from . import ProgressFn, train_online
+from . import PhaseSummary, ProgressFn, train_online
 from .extract_manifest import ExtractManifest, manifest_path, read_extract_manifest
 from .train_log import follow_training, validation_full_acc
 
@@ -49,7 +49,7 @@ PHASE = "train"
 MANIFEST_SCHEMA = 1
 UNTRAINED = ("UNTRAINED: speculators train --dry-run (no accelerator); initialised weights, not a result - "
              "acceptance measured with it says nothing about a trained drafter")
-# SGLang's EAGLE-3 drafter has none of these options (eagle3-tools.md §5); train without them.
+# SGLang's EAGLE-3 drafter has none of these options (docs/FACTS.md §2); train without them.
 SGLANG_TRAIN_FLAGS = ["--no-norm-before-fc", "--no-norm-before-residual", "--no-norm-output"]
 
 
@@ -220,7 +220,9 @@ def gate_for_engine(cfg: PipelineConfig, source: Path, engine: str, aux_vllm: li
     return served, report
 
 
-def run_train(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | None = None) -> dict:
+def run_train(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | None = None) -> PhaseSummary:
+    """Train (or resume training) the drafter and gate it for the serving engine; details: the
+    manifest written beside the checkpoint."""
     prog = PhaseProgress(PHASE, on_progress, unit="epochs")
     paths = TrainPaths.of(cfg)
     ext = read_extract_manifest(cfg)
@@ -260,7 +262,10 @@ def run_train(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | No
     atomic_write_json(paths.manifest, manifest)
     if not dry:
         prog(manifest["epochs_completed"], total)
-    return manifest
+    return PhaseSummary(str(served), (
+        f"{manifest['status']}: checkpoint {served} (gated for {engine}, aux layer ids {report.aux_layer_ids} in the "
+        f"{manifest['aux_layer_ids_convention']} convention), epochs {manifest['epochs_completed']}/{total}, "
+        f"global step {manifest['global_step']}"), manifest)
 
 
 __all__ = ["run_train", "read_train_manifest", "TrainPaths", "TrainingStopped", "use_dry_run", "build_argv",

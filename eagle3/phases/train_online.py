@@ -31,7 +31,7 @@ from ..engines import hidden_states as hs_server
 from ..engines.serving import base_url, start_server
 from ..errors import GateError, PipelineError
 from ..fsio import atomic_write_json
-from ..services import LaunchSpec, Process, Supervisor
+from ..process.services import LaunchSpec, Process, Supervisor
 from .extract import extraction_server_args
 from .extract_manifest import ExtractManifest
 

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from eagle3 import procfs
+from eagle3.process import procfs
 from eagle3.config import EngineEnv
 from eagle3.engines import benchclient
 from eagle3.engines.loadgen import VllmDriverClient, open_client
 from eagle3.errors import CommandFailed, ServiceStartTimeout
-from eagle3.services import Supervisor, state_dir_for
+from eagle3.process.services import Supervisor, state_dir_for
 
 FAKE = Path(__file__).parent / "fake_vllm_bench"
 

@@ -11,12 +11,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from eagle3 import procfs
+from eagle3.process import procfs
 from eagle3.config import EngineEnv, Server, Target
 from eagle3.engines import sglang
 from eagle3.engines.serving import start_server
 from eagle3.errors import ServiceStartTimeout
-from eagle3.services import LAUNCH_MARKER, Supervisor, state_dir_for
+from eagle3.process.services import LAUNCH_MARKER, Supervisor, state_dir_for
 
 from tests.conftest import free_port
 

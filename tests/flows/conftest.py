@@ -24,7 +24,7 @@ import noop_phases  # noqa: E402
 from flowkit import (POOL, REPO, PREFECT, PrefectServer, base_env, end_session_leftovers, prefect_cli,  # noqa: E402
                      stop_group, wait_until)
 
-from eagle3 import procfs  # noqa: E402
+from eagle3.process import procfs  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,7 @@ from tests.procutil import wait_until  # noqa: F401 (re-exported for the flow te
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import noop_phases  # noqa: E402
 
-from eagle3 import procfs  # noqa: E402
+from eagle3.process import procfs  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 PREFECT = str(Path(sys.executable).parent / "prefect")

@@ -30,8 +30,9 @@ import yaml
 
 from eagle3.errors import GateError, TransientError
 from eagle3.phase_table import TABLE_ENV, with_runs
+from eagle3.phases import PhaseSummary
 from eagle3.progress import PhaseProgress
-from eagle3.services import LaunchSpec
+from eagle3.process.services import LaunchSpec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchdata import synthetic_results  # noqa: E402
@@ -105,7 +106,7 @@ def _count(cfg, phase: str) -> int:
     return len((d / phase).read_text().splitlines())
 
 
-def _phase(phase: str, cfg, sup, on_progress=None) -> dict:
+def _phase(phase: str, cfg, sup, on_progress=None) -> PhaseSummary:
     n = _count(cfg, phase)
     knobs = _knobs(cfg)
     out = cfg.phase_dir(phase)
@@ -117,7 +118,7 @@ def _phase(phase: str, cfg, sup, on_progress=None) -> dict:
         (out / "partial.txt").write_text("half done\n")
         if kind == "gate":
             err = GateError(f"{phase}: gate failed on purpose (call {n})")
-            err.summary = report  # as the real bench phase does on a regression
+            err.summary = PhaseSummary(report["results"], "regression", report) if report else None  # as bench does
             raise err
         raise TransientError(f"{phase}: transient failure on purpose (call {n})")
     if phase in knobs.get("child", []):
@@ -138,7 +139,8 @@ def _phase(phase: str, cfg, sup, on_progress=None) -> dict:
         time.sleep(float(every))
         tick(i, int(ticks), tok_s=10.0 * i)
     (out / "output.txt").write_text(f"{phase} output of call {n} (pid {os.getpid()})\n")
-    return {"calls": n, "output": str(out / "output.txt"), **(report or {})}
+    output = str(out / "output.txt")
+    return PhaseSummary(output, f"{phase} call {n}", {"calls": n, "output": output, **(report or {})})
 
 
 def _bench_report(cfg, out: Path, regression: bool) -> dict:

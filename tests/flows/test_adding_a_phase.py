@@ -38,7 +38,7 @@ def assert_digest_done(run_dir: Path) -> dict:
     marker = json.loads((run_dir / "state" / "digest.done.json").read_text())
     bench = json.loads((run_dir / "state" / "bench.done.json").read_text())
     assert marker["upstream"] == bench["fingerprint"], "the new phase consumed bench's output"
-    assert (run_dir / "digest" / "digest.txt").read_text().strip() == marker["summary"]["digest"]
+    assert (run_dir / "digest" / "digest.txt").read_text().strip() == marker["summary"]["details"]["digest"]
     assert counts(run_dir) == dict.fromkeys(PHASES, 1)
     return marker
 
@@ -78,7 +78,7 @@ def test_eagle3_run_runs_an_added_phase(added_phase, tmp_path):
     assert res.returncode == 0, f"{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
     assert "done digest" in res.stdout
     marker = assert_digest_done(run_dir)
-    assert marker["summary"]["of"].endswith("bench/output.txt")
+    assert marker["summary"]["details"]["of"].endswith("bench/output.txt")
     reports = {json.loads(f.read_text())["label"] for f in (run_dir / "handoffs").glob("*.json")}
     assert {"bench-to-digest", "digest-to-end"} <= reports
     shown = status_of(run_dir)

@@ -176,13 +176,13 @@ def test_a_deployment_run_on_a_run_dir_another_run_holds_fails_naming_it(wave, s
     run fails at once naming that run, and hands off nothing; with `lease_wait_s` it waits for it."""
     import textwrap
 
-    from eagle3 import procfs
+    from eagle3.process import procfs
 
     path, run_dir = wave.configs["A"]
     reports = sorted((run_dir / "handoffs").glob("*.json"))
     holder = spawner.start(textwrap.dedent(f"""
         import sys, time
-        from eagle3.lease import hold
+        from eagle3.process.lease import hold
         with hold({str(run_dir)!r}):
             print("ready", flush=True)
             time.sleep(600)

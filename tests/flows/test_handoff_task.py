@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from eagle3 import procfs
+from eagle3.process import procfs
 from tests.procutil import LISTEN, Spawner, free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]

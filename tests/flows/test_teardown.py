@@ -14,8 +14,8 @@ import pytest
 from flowkit import PIPELINE, client, config, params, phase_states, submit, wait_final, wait_until
 from noop_phases import counts
 
-from eagle3 import procfs
-from eagle3.services import Supervisor, state_dir_for
+from eagle3.process import procfs
+from eagle3.process.services import Supervisor, state_dir_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 

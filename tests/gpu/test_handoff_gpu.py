@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from eagle3 import procfs
+from eagle3.process import procfs
 from eagle3.config import Handoff
 from eagle3.errors import HandoffError
-from eagle3.gpus import NvmlBackend, NvmlUnavailable
-from eagle3.handoff import run_handoff
-from eagle3.services import LaunchSpec, LogProbe, Supervisor, state_dir_for
+from eagle3.handoff.gpus import NvmlBackend, NvmlUnavailable
+from eagle3.handoff.core import run_handoff
+from eagle3.process.services import LaunchSpec, LogProbe, Supervisor, state_dir_for
 
 HERE = Path(__file__).resolve().parent
 THRESHOLD = 16

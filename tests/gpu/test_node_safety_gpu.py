@@ -17,12 +17,12 @@ import time
 
 import pytest
 
-from eagle3 import procfs
+from eagle3.process import procfs
 from eagle3.errors import HandoffError, ServiceHung
-from eagle3.gpus import gpu_sampler
-from eagle3.handoff import run_handoff
-from eagle3.handoff_view import to_markdown
-from eagle3.services import LaunchSpec, LogProbe, Supervisor, state_dir_for
+from eagle3.handoff.gpus import gpu_sampler
+from eagle3.handoff.core import run_handoff
+from eagle3.handoff.view import to_markdown
+from eagle3.process.services import LaunchSpec, LogProbe, Supervisor, state_dir_for
 from tests.gpu.test_handoff_gpu import GPUS, HERE, THRESHOLD, nv, record, settings, used, wait_until  # noqa: F401
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(300),
@@ -118,7 +118,7 @@ def test_observer_beside_a_foreign_cuda_process_only_the_cuda_process_is_named(t
 
 def test_cuda_service_that_survives_sigkill_is_named_with_state_and_gpu(tmp_path, nv, idle, monkeypatch, freezer):
     """A real CUDA process in state D (frozen by a cgroup-v1 freezer) that SIGKILL cannot end."""
-    monkeypatch.setattr("eagle3.services.KILL_WAIT_S", 3.0)
+    monkeypatch.setattr("eagle3.process.services.KILL_WAIT_S", 3.0)
     sup = Supervisor(state_dir_for(tmp_path / "run"))
     log = tmp_path / "cuda.log"
     proc = sup.launch(LaunchSpec(name="cuda", argv=[sys.executable, str(HERE / "cuda_service.py"), "--gib", "2",

@@ -133,13 +133,13 @@ def _train(cfg, mode: str, manifest: dict) -> dict:
     """One uninterrupted run of the train phase; throughput from the epoch checkpoints' times."""
     from eagle3 import hs_mode
     from eagle3.phases.train import run_train
-    from eagle3.services import Supervisor, state_dir_for
+    from eagle3.process.services import Supervisor, state_dir_for
 
     sampler = CacheSampler(hs_mode.online_cache_dir(cfg.run_dir))
     sampler.start()
     t0 = time.monotonic()
     try:
-        out = run_train(cfg, Supervisor(state_dir_for(cfg.run_dir)))
+        out = run_train(cfg, Supervisor(state_dir_for(cfg.run_dir))).details
     finally:
         sampler.stop.set()
         sampler.join()
@@ -191,7 +191,7 @@ def test_online_stopped_with_sigterm_resumes(tmp_path):
     ends the stand-in server too) and rerun: the trainer resumes from its interrupt save."""
     from eagle3 import hs_mode
     from eagle3.phases.train import TrainingStopped, run_train
-    from eagle3.services import Supervisor, state_dir_for
+    from eagle3.process.services import Supervisor, state_dir_for
 
     cfg = _config(tmp_path / "resume", "online")
     _install_phase2(cfg, "online")
@@ -201,7 +201,7 @@ def test_online_stopped_with_sigterm_resumes(tmp_path):
 
     def first():
         try:
-            outcome["result"] = run_train(cfg, sup)
+            outcome["result"] = run_train(cfg, sup).details
         except BaseException as e:  # noqa: BLE001 - handed to the main thread
             outcome["error"] = e
 
@@ -225,7 +225,7 @@ def test_online_stopped_with_sigterm_resumes(tmp_path):
     assert not hs_mode.online_cache_dir(cfg.run_dir).exists()  # nothing of the stopped step is kept
     first_len = len(log.read_text(errors="replace"))
 
-    manifest = run_train(cfg, Supervisor(state_dir_for(cfg.run_dir)))
+    manifest = run_train(cfg, Supervisor(state_dir_for(cfg.run_dir))).details
     second = log.read_text(errors="replace")[first_len:]
     actions = " ".join(manifest["resume"]["actions"])
     _record("resume", stopped=where, resume=manifest["resume"], epochs_completed=manifest["epochs_completed"],

@@ -110,7 +110,7 @@ def _stop_mid_epoch(save: Path, sup, worker: threading.Thread, outcome: dict, de
 def test_train_stop_resume_gate(tmp_path):
     from eagle3.checkpoints import check_drafter
     from eagle3.phases.train import TrainingStopped, run_train
-    from eagle3.services import Supervisor, state_dir_for
+    from eagle3.process.services import Supervisor, state_dir_for
 
     cfg = _config(tmp_path)
     _install_phase2(cfg)
@@ -122,7 +122,7 @@ def test_train_stop_resume_gate(tmp_path):
 
     def first():
         try:
-            outcome["result"] = run_train(cfg, sup)
+            outcome["result"] = run_train(cfg, sup).details
         except BaseException as e:  # noqa: BLE001 - handed to the main thread
             outcome["error"] = e
 
@@ -140,7 +140,7 @@ def test_train_stop_resume_gate(tmp_path):
         shutil.copy2(save / "interrupted" / "scheduler_state_dict.pt", Path(OUT) / "interrupted_scheduler_state_dict.pt")
 
     # Run 2: resumes (interrupted/ adopted as the epoch it was cut in), trains to the end, gates.
-    manifest = run_train(cfg, Supervisor(state_dir_for(cfg.run_dir)))
+    manifest = run_train(cfg, Supervisor(state_dir_for(cfg.run_dir))).details
     second = log.read_text(errors="replace")[first_log_len:]
     if OUT:
         out = Path(OUT)

@@ -3,7 +3,7 @@
 Fast tests: prompt hold-out, the results table, speedups, best k, the gate, the report and plot,
 the load generator's command line. Slow tests run the phase against real vLLM CPU servers and the
 real `vllm bench serve`, and check every acceptance number against the server's own counters:
-  - the whole phase on the constant tiny target with the constant drafter (vllm-cpu.md §6),
+  - the whole phase on the constant tiny target with the constant drafter (docs/FACTS.md §5),
     baseline + k in {1, 3}, concurrency {1, 4}: 100 % acceptance and length exactly k + 1
     (3 servers); then the gate, re-judged on the saved measurements (no server);
   - an untrained (random) drafter: acceptance near 0 (1 server);
@@ -228,8 +228,8 @@ def test_phase_outputs_json_report_png_history(constant_run):
     assert results["drafter"]["path"] == str(cfg.bench.drafter) and results["drafter"]["trained"] is True
     assert [r["label"] for r in results["servers"]] == ["baseline", "k=1", "k=3"]
     assert len(results["handoffs"]) == 2  # the core handoff between each two servers
-    assert summary["gate"] == "passed" and set(summary["best_k"]) == {"1", "4"}
-    rows = summary["table"]
+    assert summary.details["gate"] == "passed" and set(summary.details["best_k"]) == {"1", "4"}
+    rows = summary.details["table"]
     assert len(rows) == 6 and all(r["completed"] == 8 and r["failed"] == 0 for r in rows)
     for row in rows:
         if row["k"]:
@@ -311,7 +311,7 @@ def test_gate_failure_and_untrained_report_reuse_the_measurements(constant_run, 
     untrained = write_tiny_config(tmp_path / "untrained", {**raw, "bench": {
         **raw["bench"], "acceptance_floor": 4.5, "drafter_trained": False}}, run_dir=cfg.run_dir)
     summary = run_bench(untrained, supervisor(untrained))
-    assert summary["gate"] == "reported" and summary["trained"] is False
+    assert summary.details["gate"] == "reported" and summary.details["trained"] is False
     assert log.read_text().count("==> eagle3: launching") == launches, "a server was started again"
     assert len(list(BenchPaths.of(cfg).history.glob("*.json"))) == 3  # every run adds to the history
 

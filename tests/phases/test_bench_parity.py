@@ -87,7 +87,7 @@ def test_trained_fixture_passes_serve_parity_on_training_prompts(parity_runs):
     held_out = results["acceptance_by_k"]["3"]["acceptance_length"]
     print(f"held-out prompts (12, MT-Bench layout), k=3: AL {held_out:.3f}")
     assert results["prompts"]["selection"] == "bench.prompts" and "Serve-parity gate** (passed)" in report
-    assert summary["gate"] == "passed"
+    assert summary.details["gate"] == "passed"
 
 
 def test_per_category_acceptance_is_in_the_report(parity_runs):

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from eagle3.errors import ConfigError, GateError
+from eagle3.phases import phase_lock
 from eagle3.phases.datagen import DatagenPaths, run_datagen
 from eagle3.prompts import load_prompts
 
@@ -85,8 +86,9 @@ def test_64_samples_each_id_once_with_tokens_manifest_summary(vllm_server, make_
     paths = DatagenPaths.of(cfg)
 
     out = assert_exactly_once(cfg, paths.samples)
-    assert (summary.samples, summary.total, summary.new_samples, summary.resumed, summary.failed) == (64, 64, 64, 0, 0)
-    assert summary.complete and summary.completion_tokens > 0 and summary.output_tok_s > 0
+    got = summary.details
+    assert (got["samples"], got["total"], got["new_samples"], got["resumed"], got["failed"]) == (64, 64, 64, 0, 0)
+    assert got["complete"] and got["completion_tokens"] > 0 and got["output_tok_s"] > 0
     prompts = {p.id: p for p in load_prompts(cfg.datagen.prompts, 64).prompts}
     for row in out:
         conv = row["conversations"]
@@ -96,7 +98,7 @@ def test_64_samples_each_id_once_with_tokens_manifest_summary(vllm_server, make_
         assert meta["finish_reason"] in ("stop", "length")
         assert len(meta["token_ids"]) == meta["completion_tokens"] <= cfg.datagen.sampling.max_tokens
         assert len(meta["prompt_token_ids"]) == meta["prompt_tokens"] > 0
-    assert summary.completion_tokens == sum(r["meta"]["completion_tokens"] for r in out)
+    assert summary.details["completion_tokens"] == sum(r["meta"]["completion_tokens"] for r in out)
 
     assert calls[-1] == (64, 64) and [d for d, _ in calls] == sorted(d for d, _ in calls)
     manifest = json.loads(paths.manifest.read_text())
@@ -108,7 +110,8 @@ def test_64_samples_each_id_once_with_tokens_manifest_summary(vllm_server, make_
 
     before = paths.samples.read_bytes()
     again = run_datagen(cfg, None, base_url=vllm_server.base_url)
-    assert (again.resumed, again.new_samples, again.samples) == (64, 0, 64)
+    got = again.details
+    assert (got["resumed"], got["new_samples"], got["samples"]) == (64, 0, 64)
     assert paths.samples.read_bytes() == before
 
     check_prepare_data_can_load(paths.samples)
@@ -154,8 +157,9 @@ def test_client_sigkilled_mid_run_then_resumed_loses_and_duplicates_nothing(vllm
     assert 4 <= at_kill <= len(survived) < 32, "the kill must land mid-run"
     prefix = paths.samples.read_bytes()
 
-    summary = run_datagen(cfg, None, base_url=vllm_server.base_url)  # the lock died with the client
-    assert summary.resumed == len(survived) and summary.new_samples == 32 - len(survived)
+    with phase_lock(cfg, "datagen"):  # the lock died with the client
+        summary = run_datagen(cfg, None, base_url=vllm_server.base_url)
+    assert summary.details["resumed"] == len(survived) and summary.details["new_samples"] == 32 - len(survived)
     assert_exactly_once(cfg, paths.samples)
     assert paths.samples.read_bytes().startswith(prefix), "resume must only append"
 
@@ -184,7 +188,7 @@ def test_resume_with_other_settings_is_refused(vllm_server, make_config, tmp_pat
     # Throughput settings do not change the data: a resume with them changed goes ahead.
     faster = make_config({"datagen": {"max_samples": 6, "concurrency": 3}})
     summary = run_datagen(faster, None, base_url=vllm_server.base_url)
-    assert (summary.resumed, summary.new_samples) == (4, 2)
+    assert (summary.details["resumed"], summary.details["new_samples"]) == (4, 2)
 
 
 @pytest.mark.slow
@@ -207,7 +211,8 @@ def test_rejected_prompt_logged_not_retried_and_gated(vllm_server, make_config, 
 
     lenient = make_config({"datagen": {"prompts": str(prompts), "max_samples": None, "max_failed_fraction": 0.5}})
     summary = run_datagen(lenient, None, base_url=vllm_server.base_url)  # retries only the failed prompt
-    assert (summary.resumed, summary.new_samples, summary.failed, summary.samples) == (3, 0, 1, 3)
+    got = summary.details
+    assert (got["resumed"], got["new_samples"], got["failed"], got["samples"]) == (3, 0, 1, 3)
 
 
 # ---- own server ----------------------------------------------------------------------------------
@@ -217,7 +222,7 @@ def test_rejected_prompt_logged_not_retried_and_gated(vllm_server, make_config, 
 def test_server_killed_mid_run_fails_retryable_then_rerun_completes(tiny_model, make_config):
     from tests.conftest import free_port
 
-    from eagle3 import procfs
+    from eagle3.process import procfs
     from eagle3.pipeline import supervisor
 
     # A smaller set than the 64 of the shared-server test: this one pays for two server starts.
@@ -251,7 +256,8 @@ def test_server_killed_mid_run_fails_retryable_then_rerun_completes(tiny_model, 
     assert not paths.summary.exists()
 
     summary = run_datagen(cfg, sup)
-    assert summary.complete and summary.resumed >= at_kill and summary.new_samples == 24 - summary.resumed
+    got = summary.details
+    assert got["complete"] and got["resumed"] >= at_kill and got["new_samples"] == 24 - got["resumed"]
     assert_exactly_once(cfg, paths.samples)
     assert not sup.registry.entries(), "the phase must stop its server when done"
     assert not procfs.listening_ports({cfg.datagen.server.port})

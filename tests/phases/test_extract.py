@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from eagle3 import procfs
+from eagle3.process import procfs
 from eagle3.errors import ConfigError
 from eagle3.phases.extract import ExtractPaths, datagen_samples_path, run_extract, stop_leftovers
 from eagle3.phases.extract_disk import DiskSpaceError, check_disk, exact_estimate
 from eagle3.phases.extract_manifest import ManifestError, read_extract_manifest, resolve_layer_plan
 from eagle3.pipeline import state_dir, supervisor
-from eagle3.services import LaunchSpec, Supervisor
+from eagle3.process.services import LaunchSpec, Supervisor
 
 REPO = Path(__file__).resolve().parents[2]
 ENGINE_PYTHON = REPO / ".venv-engine" / "bin" / "python"
@@ -246,9 +246,10 @@ def test_extract_kill_resume_and_repair(extract_config, tmp_path):
     finally:
         sup.stop_all()
     run2_s = time.monotonic() - t1
-    assert summary.samples == n and summary.server_started and summary.prepared_reused
-    assert summary.kept_files == len(kept) and summary.redone_files == 2
-    assert summary.new_files == n - len(kept)
+    got = summary.details
+    assert got["samples"] == n and got["server_started"] and got["prepared_reused"]
+    assert got["kept_files"] == len(kept) and got["redone_files"] == 2
+    assert got["new_files"] == n - len(kept)
     after = snapshot(paths.hidden_states)
     assert sorted(after, key=lambda s: int(s[3:-12])) == [f"hs_{i}.safetensors" for i in range(n)]
     for name, ident in kept.items():
@@ -285,7 +286,8 @@ def test_extract_kill_resume_and_repair(extract_config, tmp_path):
 
     # A finished phase reruns without a server and without touching a file.
     again = run_extract(cfg, sup)
-    assert not again.server_started and again.kept_files == n and again.new_files == 0
+    got = again.details
+    assert not got["server_started"] and got["kept_files"] == n and got["new_files"] == 0
     assert snapshot(paths.hidden_states) == after
 
     # Later phases cannot silently use other layers, and changed settings are refused up front.

@@ -17,12 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from eagle3 import hs_mode, procfs
+from eagle3 import hs_mode
+from eagle3.process import procfs
 from eagle3.phases.extract import ExtractPaths, run_extract
 from eagle3.phases.extract_disk import HEADER_BYTES
 from eagle3.phases.extract_manifest import read_extract_manifest, resolve_layer_plan
 from eagle3.pipeline import state_dir, supervisor
-from eagle3.services import LaunchSpec, Supervisor
+from eagle3.process.services import LaunchSpec, Supervisor
 
 from tests.phases.test_extract import EAGLE3, extract_config, write_phase1  # noqa: F401 (fixture)
 
@@ -50,7 +51,7 @@ def test_online_step_auto_chosen_bounded_killed_and_resumed(extract_config, tmp_
     monkeypatch.undo()
     manifest = read_extract_manifest(cfg)
     decision = manifest.decision
-    assert summary.mode == manifest.mode == decision["mode"] == "online" and decision["requested"] == "auto"
+    assert summary.details["mode"] == manifest.mode == decision["mode"] == "online" and decision["requested"] == "auto"
     assert decision["offline_bytes"] > decision["usable_bytes"] == 540_000 >= CACHE_BOUND == decision["cache_bound"]
     assert not ExtractPaths.of(cfg).hidden_states.exists()  # nothing written offline
     assert manifest.layer_ids == list(resolve_layer_plan(cfg).layer_ids) and manifest.layer_id_convention == "vllm"

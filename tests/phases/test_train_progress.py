@@ -9,7 +9,7 @@ import time
 import pytest
 
 from eagle3.phases.train_log import LogFollower, TrainerProgress, follow_training
-from eagle3.services import LaunchSpec, Supervisor
+from eagle3.process.services import LaunchSpec, Supervisor
 from tests.conftest import ENGINE_PYTHON, requires_engine
 
 # What speculators 0.9's rich handler wrote at COLUMNS=240 (see the engine test below, which makes it for real).

@@ -24,7 +24,7 @@ from eagle3.phases.datagen import run_datagen
 from eagle3.phases.extract import run_extract
 from eagle3.phases.train import TrainPaths, read_train_manifest, run_train
 from eagle3.prompts import load_prompts
-from eagle3.services import Supervisor, state_dir_for
+from eagle3.process.services import Supervisor, state_dir_for
 from tests.conftest import free_port, requires_engine, write_tiny_config
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "eagle3-tiny"
@@ -78,13 +78,13 @@ def test_cpu_rehearsal_dry_run_serves_and_trained_fixture_beats_it(tmp_path):
     try:
         trained_len, trained_texts = _measure(cfg, url)
         summary = run_datagen(cfg, None, base_url=url)
-        assert summary.samples == cfg.datagen.max_samples
+        assert summary.details["samples"] == cfg.datagen.max_samples
     finally:
         server.stop()
 
     # Phase 2 for real, then phase 3 without an accelerator: a dry run, marked UNTRAINED.
     run_extract(cfg, sup)
-    manifest = run_train(cfg, sup)
+    manifest = run_train(cfg, sup).details
     assert manifest == read_train_manifest(cfg)
     assert manifest["trained"] is False and manifest["status"].startswith("UNTRAINED")
     assert manifest["checkpoint"] == str(TrainPaths.of(cfg).dry_run)

@@ -9,9 +9,9 @@ import json
 import sys
 import time
 
-from eagle3 import procfs
+from eagle3.process import procfs
 from eagle3.phase_table import with_runs
-from eagle3.services import LaunchSpec
+from eagle3.process.services import LaunchSpec
 
 SERVICE = """
 import subprocess, sys, time

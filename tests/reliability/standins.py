@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from eagle3 import procfs
+from eagle3.process import procfs
 from eagle3.phase_table import TABLE_ENV
 from tests.conftest import free_port, write_tiny_config
 

@@ -23,17 +23,18 @@ from pathlib import Path
 
 import pytest
 
-from eagle3 import procfs, shm
+from eagle3.process import procfs
+from eagle3.handoff import shm
 from eagle3.config import Handoff
 from eagle3.engines.serving import PortBusy, start_server
 from eagle3.errors import CommandFailed, HandoffError, PipelineError, ServiceHung, ServiceStartTimeout
-from eagle3.handoff import handoff_for_config, run_handoff
+from eagle3.handoff.core import handoff_for_config, run_handoff
 from eagle3.phases.datagen import run_datagen
 from eagle3.phases.extract import ExtractPaths, run_extract
 from eagle3.phases.extract_disk import DiskSpaceError
 from eagle3.phases.hs_files import scan_dir
 from eagle3.pipeline import done_marker, supervisor
-from eagle3.services import LaunchSpec, Supervisor, state_dir_for
+from eagle3.process.services import LaunchSpec, Supervisor, state_dir_for
 from tests.conftest import REPO
 from tests.fakegpu import FakeGpuBackend
 from tests.procutil import LISTEN, PY, SLEEP, free_port, wait_until
@@ -61,7 +62,7 @@ while True: time.sleep(1)
 ORCHESTRATOR = """
 import sys, time
 from pathlib import Path
-from eagle3.services import LaunchSpec, Supervisor
+from eagle3.process.services import LaunchSpec, Supervisor
 state, log, port, code = sys.argv[1:5]
 sup = Supervisor(Path(state))
 p = sup.launch(LaunchSpec(name="extract-vllm-server", argv=[sys.executable, "-c", code, port], log=Path(log),
@@ -277,7 +278,8 @@ def test_disk_full_during_extraction_is_a_clear_error_and_no_partial_file_passes
         f.unlink()  # space is freed; the rerun keeps the good files and redoes the half-written one
     kept = {i: (paths.hidden_states / f"hs_{i}.safetensors").stat().st_mtime_ns for i in (0, 1, 2)}
     summary = run_extract(cfg, supervisor(cfg))
-    assert (summary.samples, summary.kept_files, summary.redone_files, summary.new_files) == (6, 3, 1, 3)
+    got = summary.details
+    assert (got["samples"], got["kept_files"], got["redone_files"], got["new_files"]) == (6, 3, 1, 3)
     final = scan_dir(paths.hidden_states, index, expect)
     assert sorted(final.valid) == list(range(6)) and not final.invalid
     assert {i: (paths.hidden_states / f"hs_{i}.safetensors").stat().st_mtime_ns for i in (0, 1, 2)} == kept

@@ -18,12 +18,12 @@ import pytest
 import yaml
 from pydantic import BaseModel, SecretStr, ValidationError
 
-from eagle3 import procfs
+from eagle3.process import procfs
 from eagle3.config import PipelineConfig, Server, load_config
 from eagle3.engines import benchclient, sglang, speculative, speculators, vllm
 from eagle3.engines.serving import base_url
 from eagle3.errors import ConfigError
-from eagle3.services import LaunchSpec, Supervisor, state_dir_for
+from eagle3.process.services import LaunchSpec, Supervisor, state_dir_for
 from tests.conftest import TINY_CONFIG, free_port, requires_engine, tiny_raw_config
 from tests.reliability.standins import fake_engine_venv, records, stub_model
 
@@ -314,7 +314,7 @@ def test_api_key_is_enforced_and_never_written_under_run_dir(tiny_model, make_co
         seen["registry"] = (state_dir_for(cfg.run_dir) / "services.json").read_text()
 
     summary = run_datagen(cfg, sup, on_progress=while_serving)
-    assert summary.samples == 4 and summary.complete
+    assert summary.details["samples"] == 4 and summary.details["complete"]
     assert seen and (seen["no key"], seen["wrong key"], seen["chat without key"]) == (401, 401, 401)
     assert seen["right key"] == 200
     assert seen["argv"] and not any(key in " ".join(a) for a in seen["argv"]), "the key is visible in ps"

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from eagle3 import procfs
+from eagle3.process import procfs
 from eagle3.fsio import atomic_write_json
-from eagle3.lease import lease_holder
+from eagle3.process.lease import lease_holder
 from eagle3.pipeline import done_marker, run_phase, state_dir, supervisor
-from eagle3.services import Registry, state_dir_for
+from eagle3.process.services import Registry, state_dir_for
 from tests.flows.flowkit import processes_with_home
 from tests.conftest import REPO, free_port, requires_engine, write_tiny_config
 from tests.procutil import wait_until
@@ -152,8 +152,8 @@ def test_sigterm_during_training_gives_the_trainer_its_grace_and_a_rerun_resumes
     assert json.loads(resumed) | {"adopted_from": None} == {"epoch": 0, "global_step": 179, "local_step": 179,
                                                               "adopted_from": None}
     marker = done_marker(cfg, "train")
-    assert any("renamed interrupted/ to 0/" in a for a in marker["summary"]["resume"]["actions"])
-    assert marker["summary"]["global_step"] == 180
+    assert any("renamed interrupted/ to 0/" in a for a in marker["summary"]["details"]["resume"]["actions"])
+    assert marker["summary"]["details"]["global_step"] == 180
     assert_nothing_left(prefect_home)
 
 

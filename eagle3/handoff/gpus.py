@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol, Sequence
 
-from .errors import PipelineError
+from ..errors import PipelineError
 
 MIB = 1024 * 1024
 

@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from . import procfs
+from ..process import procfs
 from .gpus import GpuState
-from .services import OWNER_ENV, Entry
+from ..process.services import OWNER_ENV, Entry
 
 COMM_LEN = 15  # the kernel truncates comm to 15 characters
 OBSERVER_WHY = "no GPU context: holds the device file, on no NVML process list of any GPU (a monitor or NVML reader)"

@@ -12,7 +12,7 @@ import shutil
 import subprocess
 import time
 
-from .errors import HandoffError
+from ..errors import HandoffError
 
 STOPPED_STATES = {"inactive", "failed", "unknown"}
 

@@ -16,9 +16,9 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import procfs
+from ..process import procfs
 
-# Names from gpu-handoff.md section 5. Anchored globs: "vllm*" does not match "my-vllm".
+# Names from docs/FACTS.md §6. Anchored globs: "vllm*" does not match "my-vllm".
 PATTERNS = (
     "nccl-*",                     # NCCL (nccl-XXXXXX, older nccl-shm-recv-/send-)
     "psm_*",                      # multiprocessing.shared_memory (vLLM shm_broadcast, SGLang)

@@ -23,17 +23,19 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from . import hs_mode, phase_table, procfs, progress, pycache, shm, systemd
-from .phase_table import next_phase
-from .config import Handoff, PipelineConfig
-from .errors import HandoffError, PipelineError
-from .fsio import atomic_write_json
+from .. import hs_mode, phase_table, progress
+from ..process import procfs
+from . import pycache, shm, systemd
+from ..phase_table import next_phase
+from ..config import Handoff, PipelineConfig
+from ..errors import HandoffError, PipelineError
+from ..fsio import atomic_write_json
 from .gpus import GpuBackend, GpuQueryError, GpuState, NvmlBackend
-from .handoff_view import summary_line
-from .layout import RunLayout
+from .view import summary_line
+from ..layout import RunLayout
 from .holders import Holder, Ownership, describe_cmd, find_holders, port_holders
-from .services import OWNER_ENV, SERVICE_ENV, Entry, Supervisor, state_dir_for
-from .terminate import end_processes
+from ..process.services import OWNER_ENV, SERVICE_ENV, Entry, Supervisor, state_dir_for
+from ..process.terminate import end_processes
 
 BUSY_UTIL = 90  # % utilisation with no process on the GPU: wedged, not free
 

@@ -1,7 +1,14 @@
-"""Read-only views of /proc: process identity, groups, open device files, environment markers.
+"""Read-only views of processes: identity, groups, open device files, environment markers.
 
 Identity is (pid, start time): a PID alone can be reused by an unrelated process, so every
 decision to signal a process is taken against the start time recorded when it was launched.
+
+psutil answers what it can (command line, environment, executable, parents, status, the PID
+list). /proc is read directly for what psutil does not give: the exact start time in clock ticks
+and the process group (/proc/PID/stat), the wait channel, open device files and file-backed
+mappings (a GPU's device file, an inode under /dev/shm), and LISTEN sockets by inode
+(psutil.net_connections has no inode and walks every process's fds on each call, while a
+handoff polls its ports several times a second).
 """
 
 from __future__ import annotations
@@ -99,7 +106,7 @@ def same_start(pid: int, recorded_ticks: int) -> bool:
 
 
 def all_pids() -> list[int]:
-    return [int(p) for p in os.listdir(PROC) if p.isdigit()]
+    return psutil.pids()
 
 
 def all_procs() -> list[ProcInfo]:
@@ -110,44 +117,45 @@ def group_members(pgid: int, live_only: bool = True) -> list[ProcInfo]:
     return [p for p in all_procs() if p.pgid == pgid and not (live_only and p.zombie)]
 
 
+_GONE = (psutil.Error, OSError)  # gone, a zombie, or another user's (AccessDenied)
+
+
 def alive(pid: int) -> bool:
-    info = read_stat(pid)
-    return info is not None and not info.zombie
+    try:
+        return psutil.Process(pid).status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+    except _GONE:
+        return False
 
 
 def cmdline(pid: int) -> list[str]:
     try:
-        raw = (PROC / str(pid) / "cmdline").read_bytes()
-    except OSError:
+        return psutil.Process(pid).cmdline()
+    except _GONE:
         return []
-    return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
 
 
 def exe_name(pid: int) -> str:
+    """The executable's file name; the process name where the executable cannot be read."""
     try:
-        return os.path.basename(os.readlink(PROC / str(pid) / "exe"))
-    except OSError:
-        info = read_stat(pid)
-        return info.comm if info else ""
+        proc = psutil.Process(pid)
+    except _GONE:
+        return ""
+    try:
+        exe = proc.exe()
+    except _GONE:
+        exe = ""
+    if exe:
+        return os.path.basename(exe)
+    try:
+        return proc.name()
+    except _GONE:
+        return ""
 
 
 def environ_value(pid: int, key: str) -> str | None:
     try:
-        with open(f"/proc/{pid}/environ", "rb") as fh:
-            raw = fh.read()
-    except OSError:
-        return None
-    prefix = key.encode() + b"="
-    for item in raw.split(b"\0"):
-        if item.startswith(prefix):
-            return item[len(prefix):].decode(errors="replace")
-    return None
-
-
-def uid_of(pid: int) -> int | None:
-    try:
-        return (PROC / str(pid)).stat().st_uid
-    except OSError:
+        return psutil.Process(pid).environ().get(key)
+    except _GONE:
         return None
 
 
@@ -230,42 +238,13 @@ def open_inodes_under(prefix: str) -> dict[tuple[int, int], set[int]]:
     return result
 
 
-def holders_of(paths_match, pids: list[int] | None = None) -> dict[int, set[str]]:
-    """PIDs (live, not zombie) whose fds or mappings satisfy `paths_match(path) -> bool`."""
-    result: dict[int, set[str]] = {}
-    for pid in pids if pids is not None else all_pids():
-        if not alive(pid):
-            continue
-        hits = {p for p in open_paths(pid) if paths_match(p)}
-        if hits:
-            result[pid] = hits
-    return result
-
-
 def ancestors(pid: int) -> set[int]:
-    out: set[int] = set()
-    while pid > 1:
-        info = read_stat(pid)
-        if info is None:
-            break
-        out.add(pid)
-        pid = info.ppid
-    out.add(1)
-    return out
-
-
-def descendants(pid: int, procs: list[ProcInfo] | None = None) -> set[int]:
-    procs = procs if procs is not None else all_procs()
-    children: dict[int, list[int]] = {}
-    for p in procs:
-        children.setdefault(p.ppid, []).append(p.pid)
-    out, todo = set(), [pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            if c not in out:
-                out.add(c)
-                todo.append(c)
-    return out
+    """`pid`, its parents up to init, and 1 (also when `pid` is gone)."""
+    try:
+        proc = psutil.Process(pid)
+        return {pid, 1, *(p.pid for p in proc.parents())}
+    except _GONE:
+        return {1}
 
 
 def listening_sockets(ports: set[int]) -> dict[int, set[int]]:

@@ -21,9 +21,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol
 
-from . import layout, procfs
-from .errors import CommandFailed, ServiceExited, ServiceHung, ServiceStartTimeout
-from .fsio import atomic_write_json, file_lock, read_json, tail
+from .. import layout
+from . import procfs
+from ..errors import CommandFailed, ServiceExited, ServiceHung, ServiceStartTimeout
+from ..fsio import atomic_write_json, file_lock, read_json, tail
 from .terminate import KILL_WAIT_S
 
 log = logging.getLogger("eagle3.services")
@@ -438,7 +439,7 @@ class Supervisor:
         """The supervisor of a run dir; GPU samples (hang watchdog) only where GPUs are configured."""
         gpu_sample = None
         if gpus:
-            from .gpus import gpu_memory_sample  # NVML only where GPUs are configured
+            from ..handoff.gpus import gpu_memory_sample  # NVML only where GPUs are configured
 
             gpu_sample = gpu_memory_sample
         return cls(layout.state_dir(run_dir), gpu_sample=gpu_sample)

@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Iterator
 
 from . import procfs
-from .errors import PipelineError
-from .layout import RunLayout
+from ..errors import PipelineError
+from ..layout import RunLayout
 
 LOCK_DIR_ENV = "EAGLE3_LOCK_DIR"
 POLL_S = 0.2
