@@ -141,9 +141,10 @@ def run(config: Path = ConfigArg,
             err.print("interrupted: stopping the services this pipeline started")
             raise typer.Exit(130)
         finally:
-            # Everything in the registry is this run's now (it holds the lease), its Prefect server too.
-            for o in sup.sweep(cfg.handoff.grace_s, include_live_run_services=True):
-                if o.members and o.name != "prefect-server":
+            # Everything in the registry is this run's now (it holds the lease). Its own Prefect server
+            # is left to api_server's exit, which first sends the run's last log records to it.
+            for o in sup.sweep(cfg.handoff.grace_s):
+                if o.members:
                     err.print(f"stopped leftover {o.name} (group {o.pgid}) with {o.signal}")
     if not state.is_completed():
         fail(f"pipeline {cfg.name} ended {state.type.value}: {state.message}", code=1)

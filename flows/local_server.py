@@ -64,6 +64,9 @@ def api_server(sup: Supervisor, log_dir: Path) -> Iterator[str]:
     try:
         yield url
     finally:
+        from prefect.logging.handlers import APILogHandler
+
+        APILogHandler().flush()  # the run's last log records, while the server still answers
         os.environ.pop("PREFECT_API_URL", None)
         refresh_global_settings_context()
         proc.stop()

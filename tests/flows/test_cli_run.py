@@ -38,6 +38,7 @@ def test_eagle3_run_on_the_embedded_server(tmp_path):
     assert res.returncode == 0, f"rc {res.returncode} after {took:.0f} s:\n{res.stdout[-3000:]}\n{res.stderr[-4000:]}"
     # One Prefect server, the run's own (registered, ended with the run); Prefect starts none of its own.
     assert "Starting temporary server" not in res.stdout + res.stderr
+    assert "Error logging to API" not in res.stdout + res.stderr, "the run's last logs reach its server before it stops"
     for phase in PHASES:
         assert f"done {phase}" in res.stdout
     assert counts(run_dir) == dict.fromkeys(PHASES, 1)
