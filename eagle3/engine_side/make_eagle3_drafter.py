@@ -1,12 +1,12 @@
 """Write an EAGLE-format EAGLE-3 drafter for a target model, with random (untrained) weights.
 
 Runs with the ENGINE interpreter (torch, safetensors); the pack calls it through
-eagle3.engines.drafters. Layout (eagle3-tools.md §5, vllm-cpu.md §4): `architectures
+eagle3.engines.drafters. Layout (docs/FACTS.md §2): `architectures
 ["LlamaForCausalLMEagle3"]`, one decoder layer `midlayer.*` whose q/k/v take 2·H inputs,
 `fc` [H, n_aux·H], `norm`, `lm_head` [draft_vocab, H], and `d2t`/`t2d` when the draft vocabulary
 is smaller than the target's. No `embed_tokens`: vLLM shares the target's embedding.
 
---constant builds the drafter of the 100 %-acceptance check (vllm-cpu.md §6): the full target
+--constant builds the drafter of the 100 %-acceptance check (docs/FACTS.md §5): the full target
 vocabulary as draft vocabulary and `norm.weight` zeroed, so every draft logit is 0 and greedy
 drafting always proposes token 0, which is what a constant target (its final norm zeroed) emits.
 """
@@ -51,7 +51,7 @@ def drafter_config(target: dict, aux_ids: list[int], draft_vocab: int) -> dict:
         "eos_token_id": target.get("eos_token_id"),
         "dtype": "float32",
         # Both places: vLLM reads the top-level field, SGLang/SpecForge the eagle_config one.
-        # Convention: layer-input ids (vLLM/speculators), as eagle3-tools.md §5 asks to record.
+        # Convention: layer-input ids (vLLM/speculators), as docs/FACTS.md §2 records.
         "eagle_aux_hidden_state_layer_ids": list(aux_ids),
         "eagle_config": {"eagle_aux_hidden_state_layer_ids": list(aux_ids), "use_aux_hidden_state": True,
                          "aux_layer_id_convention": "layer-input"},

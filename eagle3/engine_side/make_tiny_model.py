@@ -107,7 +107,7 @@ def random_weights(config, seed: int, constant: bool) -> dict[str, torch.Tensor]
         else:
             weights[name] = torch.empty(shapes[name], dtype=torch.float32).normal_(0.0, 0.02, generator=gen)
     if constant:
-        # All logits become 0, so greedy decoding always emits id 0 (vllm-cpu.md §6): a drafter
+        # All logits become 0, so greedy decoding always emits id 0 (docs/FACTS.md §5): a drafter
         # that also always proposes id 0 is then accepted 100 % of the time.
         weights["model.norm.weight"].zero_()
     return weights
