@@ -234,7 +234,7 @@ def test_kill_9_mid_datagen_then_a_plain_rerun_recovers_in_one_go(tiny_model, tm
     res = subprocess.run([EAGLE3, "run", str(config), "--only", "datagen"], env=env, stdin=subprocess.DEVNULL,
                          capture_output=True, text=True, timeout=540, cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-4000:]
-    assert "handoff recovery: GPUs free" in res.stderr and f"datagen-vllm-server (group {server.pgid}" in res.stderr
+    assert "recovery: GPUs free in " in res.stderr and f"datagen-vllm-server (group {server.pgid}" in res.stderr
     recovery = json.loads(sorted((cfg.run_dir / "handoffs").glob("*-recovery-*.json"))[-1].read_text())
     ended = {s["name"]: s for s in recovery["services"]}
     assert ended["datagen-vllm-server"]["clean"] and {m["pid"] for m in ended["datagen-vllm-server"]["members"]} \
