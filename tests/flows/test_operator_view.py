@@ -229,7 +229,7 @@ def test_failure_alert_fires_for_a_failed_run_and_a_benchmark_regression(prefect
 @pytest.mark.engine
 @pytest.mark.parametrize("source", ["env", "secret-block"])
 def test_api_key_from_env_or_secret_block_reaches_the_server_and_is_written_nowhere(prefect_server, tiny_model,
-                                                                                     tmp_path, source):
+                                                                                     tmp_path, source, monkeypatch):
     """The real datagen phase through the pipeline flow (in-process, against the session server):
     the key from the variable api_key_env names, or from the Secret block that fills it, is what
     the vLLM server enforces (401 without it, 200 with it, while the phase runs); afterwards it is
@@ -237,6 +237,7 @@ def test_api_key_from_env_or_secret_block_reaches_the_server_and_is_written_nowh
     import httpx
     from prefect.blocks.system import Secret
 
+    from eagle3.phases import datagen as datagen_phase
     from flows.pipeline import eagle3_pipeline
 
     key, var = f"sk-eagle3-{uuid.uuid4().hex}", f"EAGLE3_TEST_KEY_{uuid.uuid4().hex[:8].upper()}"
@@ -253,25 +254,22 @@ def test_api_key_from_env_or_secret_block_reaches_the_server_and_is_written_nowh
                                        "extract": {"server": {"port": free_port()}},
                                        "bench": {"server": {"port": free_port()}}})
     seen: dict = {}
-    stop = threading.Event()
+    real_generate = datagen_phase._generate
 
-    def probe():  # while the flow runs: what the server answers without and with the key
-        url = f"http://127.0.0.1:{port}/v1/models"
-        while not stop.is_set() and "with key" not in seen:
-            try:
-                seen["without key"] = httpx.get(url, timeout=5).status_code
-                seen["with key"] = httpx.get(url, headers={"Authorization": f"Bearer {key}"}, timeout=5).status_code
-            except httpx.HTTPError:
-                time.sleep(0.3)
+    async def generate_after_probing(cfg_, url, *args, **kwargs):
+        # The server is up and the phase about to use it: ask it without and with the key first
+        # (a probing thread could miss the sub-second window the tiny model leaves).
+        async with httpx.AsyncClient(timeout=10) as http:
+            seen["without key"] = (await http.get(f"{url}/v1/models")).status_code
+            seen["with key"] = (await http.get(f"{url}/v1/models",
+                                               headers={"Authorization": f"Bearer {key}"})).status_code
+        return await real_generate(cfg_, url, *args, **kwargs)
 
-    prober = threading.Thread(target=probe, daemon=True)
-    prober.start()
+    monkeypatch.setattr(datagen_phase, "_generate", generate_after_probing)
     try:
         state = eagle3_pipeline(config_path=str(tmp_path / "config.yaml"), only="datagen", doctor=False,
                                 return_state=True)
     finally:
-        stop.set()
-        prober.join(10)
         os.environ.pop(var, None)
     assert state.is_completed(), state
     assert seen == {"without key": 401, "with key": 200}
