@@ -9,8 +9,10 @@ PYTEST_ARGS ?=
 .PHONY: setup engine-env tiny-model demo test test-fast clean-runs
 
 setup: $(VENV)/.deps-stamp
-	@# Always re-point the editable install at this checkout (a cached venv may come from another clone).
-	@$(VENV)/bin/python -m pip install -q --no-deps -e . 2>&1 | grep -v "is ignored" || true
+	@# Always re-point the editable install at this checkout (a cached venv may come from another clone),
+	@# through the venv's real path: pip writes the interpreter it runs as into every console script's
+	@# #! line, and a cached venv's scripts must not name a checkout that may be gone.
+	@"$$(realpath $(VENV))/bin/python" -m pip install -q --no-deps -e . 2>&1 | grep -v "is ignored" || true
 	@$(VENV)/bin/python -c "import eagle3, pathlib, sys; p = pathlib.Path(eagle3.__file__).resolve().parent.parent; sys.exit(0 if p == pathlib.Path('.').resolve() else f'eagle3 imports from {p}, not this checkout')"
 
 $(VENV)/.deps-stamp: pyproject.toml

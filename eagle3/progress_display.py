@@ -17,6 +17,7 @@ from typing import Callable, Iterator
 
 from . import phase_table
 from .progress import END, NOTE, START, STEP, WAIT, Event, Tracker, describe, emit, fmt_duration, subscribed, watched_by
+from .ticker import Ticker
 
 INTERVAL_ENV = "EAGLE3_PROGRESS_INTERVAL_S"
 MODE_ENV = "EAGLE3_PROGRESS"  # auto (default) | live | plain | off
@@ -70,13 +71,12 @@ class Display:
         return old != (v.activity, v.waiting)
 
 
-class LinePrinter(Display):
+class LinePrinter(Display, Ticker):
     def __init__(self, write: Callable[[str], None], interval: float | None = None, stamp: bool = True):
-        super().__init__()
+        Display.__init__(self)
         self.write, self.interval, self.stamp = write, interval or interval_s(), stamp
+        Ticker.__init__(self, min(1.0, self.interval / 4), name="eagle3-progress", join_timeout_s=5)
         self._last = time.monotonic()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._beat, name="eagle3-progress", daemon=True)
 
     def __call__(self, e: Event) -> None:
         with self.lock:
@@ -94,17 +94,8 @@ class LinePrinter(Display):
             if time.monotonic() - self._last >= self.interval:
                 self._print(self.status_line(time.time(), self.interval))
 
-    def _beat(self) -> None:
-        while not self._stop.wait(min(1.0, self.interval / 4)):
-            self.tick()
-
-    def __enter__(self) -> "LinePrinter":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
+    def last_tick(self) -> None:
+        pass  # the run's last event has printed its own line
 
 
 class LiveDisplay(Display):

@@ -22,6 +22,20 @@ TINY_CONFIG = REPO / "configs" / "tiny-cpu.yaml"
 ENGINE_PYTHON = REPO / ".venv-engine" / "bin" / "python"
 
 
+def pytest_sessionstart(session):
+    """The tests start `eagle3` and flows as processes of this venv: they must import this checkout.
+    A venv shared between clones (the CI cache) imports whichever clone last ran `make setup`, and
+    testing another checkout's code would pass or fail for nothing this one holds."""
+    import subprocess
+
+    where = subprocess.run([sys.executable, "-c", "import eagle3; print(eagle3.__file__)"], cwd="/",
+                           capture_output=True, text=True, timeout=60)
+    found = Path(where.stdout.strip()).resolve().parent.parent if where.returncode == 0 else None
+    if found != REPO:
+        pytest.exit(f"{sys.executable} imports eagle3 from {found or where.stderr.strip()[-300:]}, not from "
+                    f"{REPO}: run `make setup` in this checkout first (the README's `make test` does)", returncode=4)
+
+
 def engine_available() -> bool:
     return ENGINE_PYTHON.exists()
 

@@ -32,7 +32,6 @@ import json
 import logging
 import os
 import shutil
-import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -45,6 +44,7 @@ from ..engines.serving import base_url, start_server
 from ..errors import ConfigError, GateError, PipelineError, TransientError
 from ..fsio import atomic_write_json, read_json
 from ..progress import PhaseProgress
+from ..ticker import Ticker
 from ..process.services import LaunchSpec, Process, Supervisor, StopOutcome, stop_entry
 from . import PhaseSummary, ProgressFn
 from .extract_disk import (HEADER_BYTES, DiskSpaceError, bytes_per_token, check_disk, estimate_from_samples,
@@ -242,17 +242,17 @@ def _index(cfg: PipelineConfig, sup: Supervisor, paths: ExtractPaths) -> Prepare
         raise TransientError(f"{paths.index}: unreadable index of the prepared data ({e}); a rerun rebuilds it") from None
 
 
-class _ProgressWatcher:
+class _ProgressWatcher(Ticker):
     """Counts finished hs files while the client runs (a listdir per second) and reports them with
     the bytes they hold (each file is stat'ed once: it appears complete, by rename) and the free
-    space left on their filesystem."""
+    space left on their filesystem: on entry, on every change, and once more on exit."""
 
     def __init__(self, directory: Path, total: int, fn: PhaseProgress, expected_bytes: int | None = None):
+        super().__init__(1.0, name="extract-progress")
         self.directory, self.total, self.fn, self.expected = directory, total, fn, expected_bytes
         self._sizes: dict[str, int] = {}
         self._bytes = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="extract-progress", daemon=True)
+        self._last = -1
 
     def count(self) -> int:
         try:
@@ -274,24 +274,18 @@ class _ProgressWatcher:
             free = None
         self.fn(done, self.total, bytes_written=self._bytes, bytes_expected=self.expected, disk_free=free)
 
-    def _loop(self) -> None:
-        last = -1
-        while not self._stop.wait(1.0):
-            done = self.count()
-            if done != last:
-                self._report(done)
-                last = done
+    def tick(self) -> None:
+        done = self.count()
+        if done != self._last:
+            self._report(done)
+            self._last = done
+
+    def last_tick(self) -> None:
+        self._report(self.count())
 
     def __enter__(self):
         self._report(self.count())
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
-        self._report(self.count())
+        return super().__enter__()
 
 
 def _generate(cfg: PipelineConfig, sup: Supervisor, server: Process, paths: ExtractPaths, total: int,

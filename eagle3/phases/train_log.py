@@ -11,10 +11,11 @@ the last one seen wins. A dry run (no accelerator) logs none of these: it only s
 from __future__ import annotations
 
 import re
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
+
+from ..ticker import Ticker
 
 EPOCH_LINE = re.compile(r"Training epoch (\d+)/(\d+) (started|completed)")
 LOSS = re.compile(r"(?<![\w/])train/loss=([-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|nan|inf))")
@@ -64,16 +65,15 @@ def validation_full_acc(log: Path) -> list[float] | None:
     return [last[i] for i in range(len(last))]
 
 
-class LogFollower:
+class LogFollower(Ticker):
     """Calls on_line for every complete line appended to `path` from now on (a read per
     `every_s` on a thread; the log is appended to across launches, so what is there is skipped)."""
 
     def __init__(self, path: Path, on_line: Callable[[str], None], every_s: float = 1.0):
-        self.path, self.on_line, self.every_s = Path(path), on_line, every_s
+        super().__init__(every_s, name="train-log")
+        self.path, self.on_line = Path(path), on_line
         self._offset = self.path.stat().st_size if self.path.exists() else 0
         self._partial = b""
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="train-log", daemon=True)
 
     def read(self) -> None:
         try:
@@ -87,18 +87,7 @@ class LogFollower:
         for line in lines:
             self.on_line(line.decode(errors="replace"))
 
-    def _loop(self) -> None:
-        while not self._stop.wait(self.every_s):
-            self.read()
-
-    def __enter__(self) -> "LogFollower":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.read()
+    tick = read
 
 
 def follow_training(log: Path, epochs: int, report: Callable[..., None]) -> LogFollower:

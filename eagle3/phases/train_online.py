@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -33,6 +32,7 @@ from ..errors import GateError, PipelineError
 from ..fsio import atomic_write_json
 from ..process.services import LaunchSpec, Process, Supervisor
 from .extract import extraction_server_args
+from ..ticker import Ticker
 from .extract_manifest import ExtractManifest
 
 PHASE = "train"
@@ -57,13 +57,12 @@ class CacheStats:
     exceeded: str | None = None
 
 
-class CacheGuard:
+class CacheGuard(Ticker):
     def __init__(self, cache: Path, bound: int, on_exceeded, interval_s: float = 0.1,
                  orphan_age_s: float = ORPHAN_AGE_S):
+        super().__init__(interval_s, name="online-cache-guard")
         self.cache, self.stats, self.on_exceeded = cache, CacheStats(bound, interval_s), on_exceeded
-        self.interval_s, self.orphan_age_s = interval_s, orphan_age_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="online-cache-guard", daemon=True)
+        self.orphan_age_s = orphan_age_s
 
     def scan(self) -> None:
         total = files = 0
@@ -109,18 +108,7 @@ class CacheGuard:
         finally:
             os.close(fd)
 
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            self.scan()
-
-    def __enter__(self) -> "CacheGuard":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.scan()
+    tick = scan
 
 
 def endpoint(cfg: PipelineConfig) -> str:

@@ -193,18 +193,20 @@ def stop_entry(entry: Entry, token: str, grace_s: float, reap: Callable[[], obje
             except ProcessLookupError:
                 pass
 
+    def wait(seconds: float) -> list[int]:
+        deadline = time.monotonic() + seconds
+        while (left := remaining()) and time.monotonic() < deadline:
+            time.sleep(POLL_S)
+        return left
+
     used = "SIGTERM"
     send(signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while (left := remaining()) and time.monotonic() < deadline:
-        time.sleep(POLL_S)
+    left = wait(grace_s)
     if left:
         used = "SIGKILL"
         send(signal.SIGKILL)
         # SIGKILL only marks the task; memory and fds are released as it exits. D-state can block.
-        deadline = time.monotonic() + KILL_WAIT_S
-        while (left := remaining()) and time.monotonic() < deadline:
-            time.sleep(POLL_S)
+        left = wait(KILL_WAIT_S)
     if reap:
         reap()  # the leader may have turned zombie after the last poll; do not leave it unreaped
     stuck = _stuck(left)

@@ -69,6 +69,9 @@ def prefect_server(tmp_path_factory):
                                          PREFECT_SERVER_ANALYTICS_ENABLED: False}):
             yield server
     finally:
+        from prefect.logging.handlers import APILogHandler
+
+        APILogHandler().flush()  # the tests' last log records, while the server still answers
         stop_group(proc)
         assert proc.returncode is not None, "prefect server did not exit"
         assert not procfs.group_members(proc.pid), "prefect server processes survived"

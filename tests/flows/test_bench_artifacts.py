@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import uuid
 
 import pytest
 
@@ -28,6 +29,7 @@ def test_publish_bench_artifacts(prefect_server, tmp_path):
     from tasks.bench_artifacts import publish_bench_artifacts
     from tests.flows.benchdata import synthetic_results as _results
 
+    name = f"Tiny CPU {uuid.uuid4().hex[:8]}"  # the session's server also holds other tests' pipelines' artifacts
     results = _results()
     report, plot = tmp_path / "report.md", tmp_path / "bench.png"
     write_report(results, report, plot)
@@ -36,23 +38,23 @@ def test_publish_bench_artifacts(prefect_server, tmp_path):
 
     @flow
     def publish():
-        return publish_bench_artifacts("Tiny CPU", summary)
+        return publish_bench_artifacts(name, summary)
 
     ids = publish()
     assert set(ids) == {"table", "report"}
-    (table,) = _artifacts(artifact_key("Tiny CPU", "bench", "table"))
+    (table,) = _artifacts(artifact_key(name, "bench", "table"))
     rows = json.loads(table.data) if isinstance(table.data, str) else table.data
     assert len(rows) == 6 and rows[4]["config"] == "k=3" and rows[4]["speedup"] == 1.8
     assert rows[4]["per_position_pct"] == "60/40/20"  # one cell per row, readable in the UI
-    (md,) = _artifacts(artifact_key("Tiny CPU", "bench", "report"))
+    (md,) = _artifacts(artifact_key(name, "bench", "report"))
     assert "| k=3 | 1 | 180.0 | 1.80× |" in md.data
     assert f"![throughput, TPOT and acceptance](data:image/png;base64,{base64.b64encode(plot.read_bytes()).decode()})" \
         in md.data and "file://" not in md.data
-    assert not _artifacts(artifact_key("Tiny CPU", "bench", "plot")), "no link artifact to a file on the node"
+    assert not _artifacts(artifact_key(name, "bench", "plot")), "no link artifact to a file on the node"
 
     plot.unlink()  # a report whose plot is gone still publishes, saying so
     publish()
-    latest = max(_artifacts(artifact_key("Tiny CPU", "bench", "report")), key=lambda a: a.created)
+    latest = max(_artifacts(artifact_key(name, "bench", "report")), key=lambda a: a.created)
     assert f"(plot {plot} is missing)" in latest.data and "![" not in latest.data
 
 
@@ -68,6 +70,7 @@ def test_publish_the_trend_of_the_recorded_history(prefect_server, tmp_path):
     from tasks.bench_artifacts import publish_bench_artifacts
     from tests.flows.benchdata import synthetic_results as _results
 
+    name = f"Trend CPU {uuid.uuid4().hex[:8]}"
     history = Path(__file__).resolve().parents[1] / "fixtures" / "bench-history"
     trend, trend_plot = tmp_path / "trend.md", tmp_path / "trend.png"
     rows = write_trend(history, trend, trend_plot)
@@ -78,9 +81,9 @@ def test_publish_the_trend_of_the_recorded_history(prefect_server, tmp_path):
 
     @flow
     def publish():
-        return publish_bench_artifacts("Trend CPU", summary)
+        return publish_bench_artifacts(name, summary)
 
     assert set(publish()) == {"table", "report", "trend"} and len(rows) == 4
-    (md,) = _artifacts(artifact_key("Trend CPU", "bench", "trend"))
+    (md,) = _artifacts(artifact_key(name, "bench", "trend"))
     assert "| 2 | 2026-11-30T20:00:45 | 0.32.0 | `3992c62d55f9` | 3 | 1.392 | 23.9 |" in md.data
     assert f"![trend](data:image/png;base64,{base64.b64encode(trend_plot.read_bytes()).decode()})" in md.data

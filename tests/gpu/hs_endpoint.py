@@ -30,8 +30,11 @@ import sys
 import threading
 import time
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from standin_http import JSONHandler  # noqa: E402
 
 
 def token_ids(path: Path) -> tuple[int, ...]:
@@ -54,49 +57,41 @@ def index(src: Path) -> dict[tuple[int, ...], Path]:
     return {token_ids(p): p for p in files}
 
 
-class Handler(BaseHTTPRequestHandler):
+class Handler(JSONHandler):
     protocol_version = "HTTP/1.1"
     server: "StandIn"
 
     def log_message(self, fmt, *args):  # one line per request on stdout (the pack's server log)
         print(f"hs_endpoint: {self.address_string()} {fmt % args}", flush=True)
 
-    def _send(self, code: int, body: dict) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
     def do_GET(self):
         if self.path == "/health":
-            self._send(200, {})
+            self.reply(200, {})
         elif self.path == "/v1/models":
-            self._send(200, {"object": "list", "data": [{"id": self.server.served_name, "object": "model",
+            self.reply(200, {"object": "list", "data": [{"id": self.server.served_name, "object": "model",
                                                           "created": 0, "owned_by": "vllm"}]})
         else:
-            self._send(404, {"error": {"message": f"no route {self.path}"}})
+            self.reply(404, {"error": {"message": f"no route {self.path}"}})
 
     def do_POST(self):
         if self.path != "/v1/completions":
-            self._send(404, {"error": {"message": f"no route {self.path}"}})
+            self.reply(404, {"error": {"message": f"no route {self.path}"}})
             return
-        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+        body = self.read_json()
         prompt = body.get("prompt")
         if body.get("model") != self.server.served_name:
-            self._send(404, {"error": {"message": f"model {body.get('model')!r} is not served"}})
+            self.reply(404, {"error": {"message": f"model {body.get('model')!r} is not served"}})
             return
         src = self.server.files.get(tuple(prompt)) if isinstance(prompt, list) else None
         if src is None:
-            self._send(400, {"error": {"message": "no hidden states recorded for this prompt"}})
+            self.reply(400, {"error": {"message": "no hidden states recorded for this prompt"}})
             return
         out = self.server.cache / f"standin-{uuid.uuid4().hex}.safetensors"
         lock_fd = os.open(str(out) + ".lock", os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
         fcntl.flock(lock_fd, fcntl.LOCK_EX)  # held until the file is complete, like the connector's
         threading.Thread(target=self.server.write, args=(src, out, lock_fd), daemon=True).start()
         self.server.served += 1
-        self._send(200, {
+        self.reply(200, {
             "id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
             "model": self.server.served_name,
             "choices": [{"index": 0, "text": "", "finish_reason": "length", "logprobs": None,

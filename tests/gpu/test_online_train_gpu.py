@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.gpu.test_train_gpu import ENGINE_PYTHON, TARGET, _engine_bin
+from tests.gpu.test_train_gpu import ENGINE_PYTHON, TARGET, _engine_bin, train_and_stop_mid_epoch
 
 REPO = Path(__file__).resolve().parents[2]
 PHASE2 = Path(os.environ.get("EAGLE3_GPU_ONLINE_PHASE2", str(REPO / ".carry" / "i19gpu" / "phase2")))
@@ -190,38 +190,14 @@ def test_online_stopped_with_sigterm_resumes(tmp_path):
     """Online, stopped mid-epoch (SIGTERM to the trainer's group through the supervisor, which
     ends the stand-in server too) and rerun: the trainer resumes from its interrupt save."""
     from eagle3 import hs_mode
-    from eagle3.phases.train import TrainingStopped, run_train
+    from eagle3.phases.train import run_train
     from eagle3.process.services import Supervisor, state_dir_for
 
     cfg = _config(tmp_path / "resume", "online")
     _install_phase2(cfg, "online")
-    save, log = cfg.phase_dir("train") / "checkpoints", cfg.phase_dir("train") / "logs" / "train.log"
-    sup = Supervisor(state_dir_for(cfg.run_dir))
-    outcome: dict = {}
-
-    def first():
-        try:
-            outcome["result"] = run_train(cfg, sup).details
-        except BaseException as e:  # noqa: BLE001 - handed to the main thread
-            outcome["error"] = e
-
-    worker = threading.Thread(target=first)
-    worker.start()
-    deadline, seen = time.monotonic() + 240, {}
-    while len(seen) < 2:  # epochs 1 and 2 saved (after epoch 1's one-off warm-up): an epoch's length
-        assert worker.is_alive(), outcome
-        assert time.monotonic() < deadline, f"epochs 1 and 2 were not saved in time: {seen}"
-        for name in ("1", "2"):
-            if name not in seen and (save / name / "training_state.json").is_file():
-                seen[name] = time.monotonic()
-        time.sleep(0.005)
-    epoch_s = seen["2"] - seen["1"]
-    time.sleep(0.4 * epoch_s)  # ~40 % into epoch 3 of EPOCHS
-    sup.stop_all()
-    where = f"stopped {0.4 * epoch_s:.2f} s after epoch 2 was saved (epoch ~{epoch_s:.2f} s)"
-    worker.join(timeout=300)
-    assert not worker.is_alive() and isinstance(outcome.get("error"), TrainingStopped), outcome
-    assert (save / "interrupted" / "model.safetensors").is_file(), sorted(p.name for p in save.iterdir())
+    log = cfg.phase_dir("train") / "logs" / "train.log"
+    # Epochs 1 and 2 (after epoch 1's one-off warm-up) give an epoch's length; stopped ~40 % into epoch 3.
+    where = train_and_stop_mid_epoch(cfg, after=("1", "2"), deadline_s=240, poll_s=0.005)
     assert not hs_mode.online_cache_dir(cfg.run_dir).exists()  # nothing of the stopped step is kept
     first_len = len(log.read_text(errors="replace"))
 

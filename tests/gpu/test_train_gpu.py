@@ -86,54 +86,58 @@ def _install_phase2(cfg) -> None:
     (dst / "manifest.json").write_text(json.dumps(manifest, indent=2))
 
 
-def _stop_mid_epoch(save: Path, sup, worker: threading.Thread, outcome: dict, deadline_s: float = 300) -> str:
-    """Wait until epochs 0 and 1 are saved, then stop the trainer through the supervisor (SIGTERM
-    to its group, grace period for the interrupt save) about 40 % into epoch 2."""
-    t0 = time.monotonic()
-    seen: dict[str, float] = {}
-    while time.monotonic() - t0 < deadline_s:
-        if not worker.is_alive():
-            pytest.fail(f"the phase ended before it could be stopped: {outcome!r}")
-        for name in ("0", "1"):
-            if name not in seen and (save / name / "training_state.json").is_file():
-                seen[name] = time.monotonic()
-        if len(seen) == 2:
-            epoch_s = seen["1"] - seen["0"]
-            time.sleep(0.4 * epoch_s)
-            sup.stop_all()
-            return f"stopped {0.4 * epoch_s:.1f} s after epoch 1 was saved (epoch ~{epoch_s:.1f} s)"
-        time.sleep(0.02)
-    sup.stop_all()
-    pytest.fail(f"the trainer did not save epoch 1 within {deadline_s} s")
+def train_and_stop_mid_epoch(cfg, after: tuple[str, str], deadline_s: float = 300, poll_s: float = 0.01) -> str:
+    """Run the train phase on a thread; once the epochs `after` are saved (their gap is an epoch's
+    length), stop the trainer through the supervisor (SIGTERM to its group, grace period for the
+    interrupt save) about 40 % into the next epoch. Asserts the phase then reports TrainingStopped
+    with the interrupt save on disk; returns when it was stopped, in words."""
+    from eagle3.phases.train import TrainingStopped, run_train
+    from eagle3.process.services import Supervisor, state_dir_for
+
+    save = cfg.phase_dir("train") / "checkpoints"
+    sup = Supervisor(state_dir_for(cfg.run_dir))
+    outcome: dict = {}
+
+    def phase():
+        try:
+            outcome["result"] = run_train(cfg, sup).details
+        except BaseException as e:  # noqa: BLE001 - handed to the main thread
+            outcome["error"] = e
+
+    worker = threading.Thread(target=phase)
+    worker.start()
+    t0, seen = time.monotonic(), {}
+    try:
+        while len(seen) < 2:
+            assert worker.is_alive(), f"the phase ended before it could be stopped: {outcome!r}"
+            assert time.monotonic() - t0 < deadline_s, f"epochs {after} were not saved within {deadline_s} s: {seen}"
+            for name in after:
+                if name not in seen and (save / name / "training_state.json").is_file():
+                    seen[name] = time.monotonic()
+            time.sleep(poll_s)
+        epoch_s = seen[after[1]] - seen[after[0]]
+        time.sleep(0.4 * epoch_s)
+    finally:
+        sup.stop_all()
+        worker.join(timeout=300)
+    assert not worker.is_alive(), "the phase did not return after the stop"
+    assert isinstance(outcome.get("error"), TrainingStopped), outcome
+    assert (save / "interrupted" / "model.safetensors").is_file(), sorted(p.name for p in save.iterdir())
+    return f"stopped {0.4 * epoch_s:.2f} s after epoch {after[1]} was saved (epoch ~{epoch_s:.2f} s)"
 
 
 def test_train_stop_resume_gate(tmp_path):
     from eagle3.checkpoints import check_drafter
-    from eagle3.phases.train import TrainingStopped, run_train
+    from eagle3.phases.train import run_train
     from eagle3.process.services import Supervisor, state_dir_for
 
     cfg = _config(tmp_path)
     _install_phase2(cfg)
     log = cfg.phase_dir("train") / "logs" / "train.log"
 
-    # Run 1: stopped during epoch 1; the trainer saves interrupted/ within its grace period.
-    sup = Supervisor(state_dir_for(cfg.run_dir))
-    outcome: dict = {}
-
-    def first():
-        try:
-            outcome["result"] = run_train(cfg, sup).details
-        except BaseException as e:  # noqa: BLE001 - handed to the main thread
-            outcome["error"] = e
-
-    worker = threading.Thread(target=first)
-    worker.start()
-    where = _stop_mid_epoch(cfg.phase_dir("train") / "checkpoints", sup, worker, outcome)
-    worker.join(timeout=300)
-    assert not worker.is_alive(), "the phase did not return after the stop"
-    assert isinstance(outcome.get("error"), TrainingStopped), outcome
+    # Run 1: stopped during epoch 2; the trainer saves interrupted/ within its grace period.
+    where = train_and_stop_mid_epoch(cfg, after=("0", "1"))
     save = cfg.phase_dir("train") / "checkpoints"
-    assert (save / "interrupted" / "model.safetensors").is_file(), sorted(p.name for p in save.iterdir())
     assert (save / "0" / "training_state.json").is_file()
     first_log_len = len(log.read_text(errors="replace"))
     if OUT:

@@ -30,7 +30,11 @@ import struct
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from standin_http import JSONHandler  # noqa: E402
 
 
 def flag(name: str, default: str | None = None) -> str | None:
@@ -65,23 +69,15 @@ def serve(mode: str) -> None:
         while True:
             time.sleep(1)
 
-    class Handler(BaseHTTPRequestHandler):
-        def _reply(self, code: int, body: dict) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
+    class Handler(JSONHandler):
         def do_GET(self):  # noqa: N802
             if mode == "never-200":
-                return self._reply(503, {"status": "starting"})
+                return self.reply(503, {"status": "starting"})
             if self.path == "/health":
-                return self._reply(200, {})
+                return self.reply(200, {})
             if self.path == "/v1/models":
-                return self._reply(200, {"object": "list", "data": [{"id": served, "object": "model"}]})
-            return self._reply(404, {"error": "not found"})
+                return self.reply(200, {"object": "list", "data": [{"id": served, "object": "model"}]})
+            return self.reply(404, {"error": "not found"})
 
         def log_message(self, fmt, *args):
             pass

@@ -30,10 +30,9 @@ def fake_engine_venv(directory: Path) -> Path:
     python = bin_dir / "python"
     if not python.exists():
         python.symlink_to(sys.executable)
-    body = STANDIN.read_text()
-    for name in SCRIPTS:
+    for name in SCRIPTS:  # the stand-in runs in the script's own process, argv[0] naming the script
         script = bin_dir / name
-        script.write_text(f"#!{sys.executable}\n{body}")
+        script.write_text(f"#!{sys.executable}\nimport runpy\nrunpy.run_path({str(STANDIN)!r}, run_name='__main__')\n")
         script.chmod(0o755)
     return python
 

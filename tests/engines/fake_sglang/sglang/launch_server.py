@@ -6,11 +6,15 @@ is printed after FAKE_SGLANG_READY_AFTER seconds (negative: never)."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
+import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+from standin_http import JSONHandler  # noqa: E402
 
 READY_LINE = "The server is fired up and ready to roll!"
 
@@ -34,7 +38,7 @@ def main() -> None:
     health_after = float(os.environ.get("FAKE_SGLANG_HEALTH_AFTER", "0"))
     ready_after = float(os.environ.get("FAKE_SGLANG_READY_AFTER", "0"))
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(JSONHandler):
         def do_GET(self):
             if self.path == "/health":
                 code = 200 if time.monotonic() - t0 >= health_after else 503
@@ -42,11 +46,7 @@ def main() -> None:
                 code = 200
             else:
                 code = 404
-            body = json.dumps({"model": args.served_model_name}).encode()
-            self.send_response(code)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            self.reply(code, {"model": args.served_model_name})
 
         def log_message(self, *a):
             pass
