@@ -5,20 +5,22 @@ VENV        ?= .venv
 ENGINE_VENV ?= .venv-engine
 EAGLE3      := $(VENV)/bin/eagle3
 PYTEST_ARGS ?=
+# pip runs as the venv's real path: it writes the interpreter it runs as into every console script's
+# #! line, and a venv cached outside the checkout (.ci/run links one) must not name a checkout that
+# may be gone. PYTHONWARNINGS: setuptools' editable build warns at length about this layout.
+PIP         := PYTHONWARNINGS=ignore "$$(realpath $(VENV))/bin/python" -m pip
 
 .PHONY: setup engine-env tiny-model demo test test-fast clean-runs
 
 setup: $(VENV)/.deps-stamp
-	@# Always re-point the editable install at this checkout (a cached venv may come from another clone),
-	@# through the venv's real path: pip writes the interpreter it runs as into every console script's
-	@# #! line, and a cached venv's scripts must not name a checkout that may be gone.
-	@"$$(realpath $(VENV))/bin/python" -m pip install -q --no-deps -e . 2>&1 | grep -v "is ignored" || true
+	@# Always re-point the editable install at this checkout (a cached venv may come from another clone).
+	@$(PIP) install -q --no-deps -e . 2>&1 | grep -v "is ignored" || true
 	@$(VENV)/bin/python -c "import eagle3, pathlib, sys; p = pathlib.Path(eagle3.__file__).resolve().parent.parent; sys.exit(0 if p == pathlib.Path('.').resolve() else f'eagle3 imports from {p}, not this checkout')"
 
 $(VENV)/.deps-stamp: pyproject.toml
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v "is ignored" || true
-	$(VENV)/bin/python -m pip install -q -e '.[test]' 2>&1 | grep -v "is ignored" || true
+	$(PIP) install -q --upgrade pip 2>&1 | grep -v "is ignored" || true
+	$(PIP) install -q -e '.[test]' 2>&1 | grep -v "is ignored" || true
 	$(VENV)/bin/python -c "import prefect, pynvml, psutil, pydantic, pytest"
 	@touch $@
 
