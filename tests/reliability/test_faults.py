@@ -183,8 +183,11 @@ def test_signal_to_eagle3_run_stops_its_services_and_exits_130(tmp_path, prefect
     service_file = cfg.phase_dir("datagen") / "service.json"
     env = eagle3_run_env(prefect_home, "signal_phases:TABLE")
     with open(tmp_path / "out.txt", "w") as out, open(tmp_path / "err.txt", "w") as err:
+        # SIGINT as a terminal leaves it: a job started in the background (`make test &`) inherits
+        # SIGINT ignored, and Python, like any Unix program, keeps it ignored.
         cli = subprocess.Popen([EAGLE3, "run", str(tmp_path / "config.yaml"), "--no-doctor"], env=env,
-                               stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True, cwd=tmp_path)
+                               stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True, cwd=tmp_path,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         wait_until(lambda: service_file.exists() or cli.poll() is not None, 400, "the phase to start its service",
                    step=0.1)
