@@ -197,6 +197,21 @@ STRICT_SCALARS = [
     ("timeout-beyond-a-week", {"bench.client_timeout_s": 1e12}, "bench.client_timeout_s", "604800"),
 ]
 
+def _above_checkout_reason() -> str:
+    """What refusing the checkout's parent names: "checkout", unless that parent is refused for a
+    reason checked first (a clone made directly in /tmp sits under a system directory)."""
+    from eagle3 import config as config_module
+
+    parent, home = os.path.realpath(REPO.parent), os.path.realpath(Path.home())
+    if parent == home:
+        return "home directory"
+    if parent in {os.path.realpath(d) for d in config_module._SYSTEM_DIRS}:
+        return "system directory"
+    if any(parent.startswith(t + os.sep) for t in config_module._SYSTEM_TREES):
+        return "system tree"
+    return "holds your home directory" if home.startswith(parent + os.sep) else "checkout"
+
+
 RUN_DIRS = [
     ("root", {"run_dir": "/"}, "run_dir", "system directory"),
     ("usr", {"run_dir": "/usr"}, "run_dir", "system directory"),
@@ -208,7 +223,7 @@ RUN_DIRS = [
     ("dev-shm", {"run_dir": "/dev/shm/eagle3-run"}, "run_dir", "system tree /dev"),
     ("var", {"run_dir": "/var"}, "run_dir", "system directory"),
     ("checkout", {"run_dir": str(REPO)}, "run_dir", "checkout"),
-    ("above-checkout", {"run_dir": str(REPO.parent)}, "run_dir", "checkout"),
+    ("above-checkout", {"run_dir": str(REPO.parent)}, "run_dir", _above_checkout_reason()),
     ("in-sources", {"run_dir": str(REPO / "eagle3" / "run")}, "run_dir", "source tree"),
     ("a-regular-file", {"run_dir": regular_file}, "run_dir", "a regular file, not a directory"),
     ("below-a-file", {"run_dir": lambda tmp: regular_file(tmp) + "/run"}, "run_dir", "cannot be created"),

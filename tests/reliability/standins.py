@@ -30,9 +30,10 @@ def fake_engine_venv(directory: Path) -> Path:
     python = bin_dir / "python"
     if not python.exists():
         python.symlink_to(sys.executable)
-    for name in SCRIPTS:  # the stand-in runs in the script's own process, argv[0] naming the script
+    for name in SCRIPTS:  # the stand-in runs in the script's process with argv as given (argv[0]: the script)
         script = bin_dir / name
-        script.write_text(f"#!{sys.executable}\nimport runpy\nrunpy.run_path({str(STANDIN)!r}, run_name='__main__')\n")
+        script.write_text(f"#!{sys.executable}\nsource = {str(STANDIN)!r}\n"
+                          "exec(compile(open(source).read(), source, 'exec'), {'__name__': '__main__', '__file__': source})\n")
         script.chmod(0o755)
     return python
 
