@@ -44,8 +44,8 @@ from ..engines.serving import base_url, start_server
 from ..errors import ConfigError, GateError, PipelineError, TransientError
 from ..fsio import atomic_write_json, read_json
 from ..progress import PhaseProgress
-from ..ticker import Ticker
 from ..process.services import LaunchSpec, Process, Supervisor, StopOutcome, stop_entry
+from ..ticker import Ticker
 from . import PhaseSummary, ProgressFn
 from .extract_disk import (HEADER_BYTES, DiskSpaceError, bytes_per_token, check_disk, estimate_from_samples,
                            exact_estimate)

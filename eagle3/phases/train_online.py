@@ -31,8 +31,8 @@ from ..engines.serving import base_url, start_server
 from ..errors import GateError, PipelineError
 from ..fsio import atomic_write_json
 from ..process.services import LaunchSpec, Process, Supervisor
-from .extract import extraction_server_args
 from ..ticker import Ticker
+from .extract import extraction_server_args
 from .extract_manifest import ExtractManifest
 
 PHASE = "train"
