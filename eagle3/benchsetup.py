@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from .engines.drafter_formats import PROVENANCE
 from .errors import PipelineError
 from .handoff.gpus import GpuState
 
@@ -17,7 +18,8 @@ CHUNK = 1 << 20
 def drafter_checksum(path: Path | str) -> str | None:
     """sha256 over the drafter's config and weight files (names and contents, sorted by name);
     None if the dir holds none. A re-export or a retrain changes it; a copy to another path does not."""
-    files = sorted({f for pattern in DRAFTER_FILES for f in Path(path).glob(pattern) if f.is_file()})
+    files = sorted({f for pattern in DRAFTER_FILES for f in Path(path).glob(pattern)
+                    if f.is_file() and f.name != PROVENANCE})
     if not files:
         return None
     h = hashlib.sha256()

@@ -161,10 +161,14 @@ def _phase_command(cfg, sup, phase: str, interrupted: str, resume: str = "a reru
     the services the phase started ended."""
     from .errors import GateError
     from .phases import phase_lock
+    from .progress_display import progress_display
 
     signal.signal(signal.SIGTERM, _raise_interrupt)
     with contextlib.ExitStack() as stack:
         _lease(stack, cfg.run_dir, list(cfg.gpus), wait_s)
+        # The same display as `eagle3 run`: live on a terminal; off one (a file, a scheduler's log) a
+        # line per step and a heartbeat whenever nothing was printed for the interval.
+        stack.enter_context(progress_display(start=f"{phase} alone (`eagle3 {phase}`)"))
         try:
             stack.enter_context(phase_lock(cfg, phase))
             _recover(cfg, sup, cfg.phase_ports(phase) if own_server else [])
@@ -183,15 +187,6 @@ def _phase_command(cfg, sup, phase: str, interrupted: str, resume: str = "a reru
         finally:
             if sup is not None:
                 sup.stop_all()
-
-
-def _progress_bar(label: str):
-    """A rich bar on stderr and the on_progress(done, total) callback that drives it."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    bar = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err)
-    task = bar.add_task(label, total=None)
-    return bar, lambda done, total: bar.update(task, completed=done, total=total)
 
 
 def _raise_interrupt(signum, frame):
@@ -248,6 +243,31 @@ def make_tiny_model(
     out.print(f"[green]{'up to date' if fresh else 'built'}[/]: {escape(str(path))}")
 
 
+@app.command("make-prompts")
+def make_prompts(
+        directory: Path = typer.Argument(..., help="Dir to write train.jsonl and heldout.jsonl into."),
+        train: int = typer.Option(4096, "--train", min=1, help="Prompts for data generation (train.jsonl)."),
+        heldout: int = typer.Option(512, "--heldout", min=1, help="Prompts for the benchmark only (heldout.jsonl)."),
+        seed: int = typer.Option(0, "--seed", help="Generator seed; the same arguments give byte-identical files."),
+        ) -> None:
+    """Write a varied, locally made prompt set with a fixed held-out split (no download): the split of a prompt
+    depends on its text alone, so a held-out prompt is never a data-generation prompt, whatever the counts."""
+    from .promptgen import generate, write
+
+    why = owned_dir_problem(directory, purpose="the command writes train.jsonl and heldout.jsonl there")
+    if why:
+        fail(f"DIR: {why}")
+    others = sorted(p.name for p in directory.iterdir() if p.name not in ("train.jsonl", "heldout.jsonl")) \
+        if directory.is_dir() else []
+    if others:
+        fail(f"DIR: {directory} holds other files ({', '.join(others[:5])}); give a new or empty directory")
+    try:
+        paths = write(directory, generate(train, heldout, seed))
+    except ConfigError as e:
+        fail(str(e))
+    out.print(f"[green]prompts[/]: {train} in {escape(str(paths[0]))}, {heldout} held out in {escape(str(paths[1]))}")
+
+
 @app.command()
 def datagen(config: Path = ConfigArg,
             base_url: Optional[str] = typer.Option(
@@ -261,10 +281,9 @@ def datagen(config: Path = ConfigArg,
     from .pipeline import supervisor
 
     sup = None if base_url else supervisor(cfg)
-    bar, on_progress = _progress_bar("datagen")
     with _phase_command(cfg, sup, "datagen", "finished rows are kept; rerun to resume", wait_s=wait,
-                        own_server=not base_url), bar:
-        summary = run_datagen(cfg, sup, on_progress=on_progress, base_url=base_url)
+                        own_server=not base_url):
+        summary = run_datagen(cfg, sup, base_url=base_url)
     out.print(f"[green]datagen[/]: {escape(summary.headline)}")
 
 
@@ -284,10 +303,9 @@ def extract(config: Path = ConfigArg,
     phase_log.setLevel(logging.INFO)
     phase_log.addHandler(logging.StreamHandler())
     sup = supervisor(cfg)
-    bar, on_progress = _progress_bar("extract")
     with _phase_command(cfg, sup, "extract", "finished hidden-state files are kept; rerun to resume",
-                        wait_s=wait), bar:
-        summary = run_extract(cfg, sup, force=force, on_progress=on_progress)
+                        wait_s=wait):
+        summary = run_extract(cfg, sup, force=force)
     out.print(f"[green]extract[/]: {escape(summary.headline)}")
 
 
@@ -507,11 +525,10 @@ def bench(config: Path = ConfigArg, wait: float = WaitOption) -> None:
     from .pipeline import supervisor
 
     sup = supervisor(cfg)
-    bar, on_progress = _progress_bar("bench windows")
     show_report = lambda: out.print(BenchPaths.of(cfg).report.read_text(), markup=False)  # noqa: E731
     with _phase_command(cfg, sup, "bench", "finished server runs are kept in bench/servers/; rerun to resume",
-                        resume="a rerun reuses the finished server runs", on_gate=show_report, wait_s=wait), bar:
-        run_bench(cfg, sup, on_progress=on_progress)
+                        resume="a rerun reuses the finished server runs", on_gate=show_report, wait_s=wait):
+        run_bench(cfg, sup)
     out.print(BenchPaths.of(cfg).report.read_text(), markup=False, highlight=False, soft_wrap=True)
 
 

@@ -259,6 +259,13 @@ class Train(Strict):
     num_speculative_tokens: int = Field(3, ge=1, le=16, description="Tokens the drafter proposes per step.")
     dry_run: Literal["auto", "always", "never"] = Field("auto", description=(
         "`auto`: a CPU rehearsal (no `gpus`) writes an UNTRAINED dry-run checkpoint instead of training."))
+    # `auto` is what the installed speculators and torch are known to train with (eagle3/engines/trainer_compat.py).
+    loss_implementation: Literal["auto", "fused", "eager"] = Field("auto", description=(
+        "speculators' loss kernel. `auto`: its default (`fused`), except where that is known to fail with the "
+        "installed speculators and torch (then `eager`; the doctor names the combination)."))
+    draft_attn_impl: Literal["auto", "simple_flex_attention", "sdpa", "eager"] = Field("auto", description=(
+        "The drafter's attention during training. `auto`: speculators' default, except with a known-bad "
+        "speculators/torch combination (then `sdpa`)."))
     extra_args: list[str] = Field(default_factory=list, description=(
         "More trainer flags; the flags the train phase passes (`--save-path`, `--epochs`, `--lr`, "
         "`--target-layer-ids`, ...) are refused, in any spelling."))
@@ -282,10 +289,11 @@ class HiddenStates(Strict):
         "`disk_margin` to spare (and within `extract.max_disk_bytes`), else online."))
     disk_margin: float = Field(0.10, ge=0, lt=1, description="Share of the free disk `auto` keeps spare.")
     server_gpus: list[Annotated[int, Field(strict=True, ge=0)]] = Field(default_factory=list, description=(
-        "online: the extraction server's GPUs; disjoint from `train_gpus`, inside `gpus`, at least "
-        "`target.tensor_parallel_size`."))
+        "online: the extraction server's GPUs; inside `gpus`, at least `target.tensor_parallel_size`; disjoint from "
+        "`train_gpus`, or shared with them when `extract.server.extra_args` caps `--gpu-memory-utilization` at 0.5 "
+        "or less (so one GPU can hold both)."))
     train_gpus: list[Annotated[int, Field(strict=True, ge=0)]] = Field(default_factory=list, description=(
-        "online: the trainer's GPUs; disjoint from `server_gpus`, inside `gpus`."))
+        "online: the trainer's GPUs; inside `gpus`; disjoint from `server_gpus` unless shared as described there."))
     # Unset: 4 × (samples in flight) × the largest sample's bytes (eagle3/hs_mode.py).
     cache_max_bytes: int | None = Field(None, gt=0, description=(
         "online: most bytes of files the server wrote and the trainer has not yet loaded and deleted "
@@ -368,8 +376,8 @@ class Handoff(Strict):
     grace_s: PositiveFloat = Field(15.0, description=(
         "SIGTERM to SIGKILL for a process the handoff ends that has no grace of its own."))
     deadline_s: PositiveFloat = Field(120.0, description=(
-        "Longest handoff; must exceed `grace_s` (ending the services may take the whole grace) and "
-        "`poll_interval_s`."))
+        "Longest wait for the GPUs and ports to be proven free, counted from when the handoff has stopped what it "
+        "stops (each service within its own `stop_grace_s`); must exceed `grace_s` and `poll_interval_s`."))
     poll_interval_s: PositiveFloat = Field(0.2, description="How often the handoff re-checks what it waits for.")
     used_mib_threshold: int = Field(16, ge=0, description="GPU memory (MiB) above which a GPU counts as in use.")
     protected_process_names: list[str] = Field(default_factory=lambda: list(PROTECTED_PROCESS_NAMES), description=(
@@ -598,6 +606,24 @@ def cross_checks(cfg: PipelineConfig) -> list[tuple[str, str]]:
     return problems + _managed_conflicts(cfg) + _bounds(cfg) + _online_gpu_sets(cfg)
 
 
+SHARED_GPU_FRACTION = 0.5  # the most of a GPU's memory an extraction server may take beside the trainer
+
+
+def _no_room_to_share(cfg: PipelineConfig) -> str | None:
+    """Why the extraction server leaves the trainer no room on a GPU they share, or None. vLLM takes
+    `--gpu-memory-utilization` of each GPU's memory (0.9 unless set) at startup, before the trainer starts."""
+    raw = managed.flag_value(list(cfg.extract.server.extra_args), "--gpu-memory-utilization")
+    if raw is None:
+        return "the server takes vLLM's default 90 % of each GPU's memory"
+    try:
+        fraction = float(raw)
+    except ValueError:
+        return f"--gpu-memory-utilization {echo(raw)} is not a number"
+    if not 0 < fraction <= SHARED_GPU_FRACTION:
+        return f"--gpu-memory-utilization {fraction:g} leaves the trainer less than half of the GPU"
+    return None
+
+
 def _online_gpu_sets(cfg: PipelineConfig) -> list[tuple[str, str]]:
     """The online step's two GPU sets: disjoint, inside `gpus`, the server's large enough for the
     target's tensor parallelism. Empty both on a CPU rehearsal (both processes run on the CPU)."""
@@ -611,9 +637,11 @@ def _online_gpu_sets(cfg: PipelineConfig) -> list[tuple[str, str]]:
             problems.append((where, f"GPUs {outside} are not in 'gpus' {cfg.gpus}: the handoff proves only 'gpus' free; "
                                     "list them there or remove them here"))
     shared = sorted(set(hs.server_gpus) & set(hs.train_gpus))
-    if shared:
-        problems.append(("hidden_states.train_gpus", f"GPUs {shared} are also in hidden_states.server_gpus; the server "
-                                                     "and the trainer run at the same time and need disjoint sets"))
+    if shared and (why := _no_room_to_share(cfg)):
+        problems.append(("hidden_states.train_gpus", f"GPUs {shared} are also in hidden_states.server_gpus: the server "
+                         f"and the trainer run at the same time, and {why}. Fix: give them disjoint GPUs, or cap the "
+                         f"server's share of each GPU: add [--gpu-memory-utilization, '{SHARED_GPU_FRACTION}'] (at most "
+                         f"{SHARED_GPU_FRACTION}) to extract.server.extra_args"))
     if hs.server_gpus and cfg.target.tensor_parallel_size > len(hs.server_gpus):
         problems.append(("hidden_states.server_gpus", f"{len(hs.server_gpus)} GPU(s) for a target with "
                                                       f"tensor_parallel_size {cfg.target.tensor_parallel_size}"))

@@ -7,7 +7,6 @@ answers are cached per (engine interpreter, target config) in the run dir.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
@@ -17,12 +16,13 @@ from pathlib import Path
 from .process import procfs
 from . import progress
 from .config import PipelineConfig, default_aux_layer_ids, num_hidden_layers, remote_binds
-from .errors import CommandFailed, ConfigError, PipelineError
+from .errors import ConfigError, PipelineError
 from .fsio import atomic_write_json, read_json
 from .layout import RunLayout, state_dir
-from .process.services import LaunchSpec, Supervisor
+from .engines import trainer_compat
+from .engines.probe import inspect_engine
+from .process.services import Supervisor
 
-ENGINE_SIDE = Path(__file__).resolve().parent / "engine_side"
 PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
 
 
@@ -44,53 +44,26 @@ class DoctorFailed(PipelineError):
         self.checks = checks
 
 
-# ---- engine-side probes ---------------------------------------------------------------------
-
-def _engine_probe(cfg: PipelineConfig, sup: Supervisor, engine: str, script: str, *args: str) -> dict:
-    env = getattr(cfg.engines, engine)
-    key_src = json.dumps([env.python_argv(), env.env, script, args,
-                          _mtime(env.python), (cfg.target.model / "config.json").read_text()], default=str)
-    key = hashlib.sha256(key_src.encode()).hexdigest()[:16]
-    cache_path = RunLayout(cfg.run_dir).doctor_cache
-    cache = read_json(cache_path, default={})
-    if key in cache:
-        return cache[key]
-    out = RunLayout(cfg.run_dir).doctor / f"{engine}-{Path(script).stem}.json"
-    log = out.with_suffix(".log")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.unlink(missing_ok=True)
-    spec = LaunchSpec(name=f"doctor-{engine}", argv=[*env.python_argv(), str(ENGINE_SIDE / script), *args,
-                                                     "--out", str(out)],
-                      log=log, phase="doctor", env=dict(env.env), stop_grace_s=5, hang_timeout_s=300)
-    try:
-        sup.run(spec, timeout_s=600)
-    except CommandFailed:
-        pass  # the script writes its error into the JSON; a missing JSON is reported below
-    result = read_json(out, default=None) or {"error": f"probe wrote nothing; see {log}"}
-    if "error" not in result:
-        cache[key] = result
-        atomic_write_json(cache_path, cache)
-    return result
-
-
-def _mtime(path) -> float | None:
-    try:
-        return Path(path).stat().st_mtime if path else None
-    except OSError:
-        return None
-
+# ---- engine-side probes (eagle3/engines/probe.py) ------------------------------------------
 
 def check_engine_env(cfg, sup, engine: str) -> Check:
-    info = _engine_probe(cfg, sup, engine, "inspect_target.py", str(cfg.target.model), "--engine", engine)
+    info = inspect_engine(cfg, sup, engine)
     if "error" in info and "versions" not in info:
         return Check(f"engine-env:{engine}", FAIL, f"the {engine} environment cannot run the probe: {info['error']}",
                      f"fix engines.{engine} (python / command_prefix) or rebuild it (`make engine-env` on CPU)")
     versions = ", ".join(f"{k} {v}" for k, v in (info.get("versions") or {}).items())
-    return Check(f"engine-env:{engine}", PASS, f"importable: {versions}")
+    flags = info.get("serve_flags") or {}
+    said = "; server flags " + ", ".join(f"{f} {'accepted' if ok else 'absent (not passed)'}"
+                                          for f, ok in flags.items()) if flags else ""
+    if engine == "vllm" and "serve_flags_error" in info:
+        return Check(f"engine-env:{engine}", FAIL, f"importable ({versions}), but its server's argument parser could "
+                     f"not be read: {info['serve_flags_error']}", "use a vLLM build whose `vllm serve` parser "
+                     "the probe can build (0.25 and 0.32 are known to work)")
+    return Check(f"engine-env:{engine}", PASS, f"importable: {versions}{said}")
 
 
 def check_target_support(cfg, sup, engine: str) -> list[Check]:
-    info = _engine_probe(cfg, sup, engine, "inspect_target.py", str(cfg.target.model), "--engine", engine)
+    info = inspect_engine(cfg, sup, engine)
     name = f"target-support:{engine}"
     if "error" in info:
         return [Check(name, FAIL, f"could not inspect the target in {engine}: {info['error']}",
@@ -119,6 +92,20 @@ def check_target_support(cfg, sup, engine: str) -> list[Check]:
         reads = info.get("config_reads") or []
         checks.append(Check(attr_name, PASS, f"config has what the EAGLE-3 path reads ({', '.join(reads) or 'nothing extra: text-only target'})"))
     return checks
+
+
+def check_trainer(cfg: PipelineConfig, sup: Supervisor) -> Check | None:
+    """speculators' loss and attention kernels against combinations known to fail with the installed torch."""
+    if cfg.engines.speculators is None:
+        return None
+    versions = trainer_compat.trainer_versions(cfg, sup)
+    if why := trainer_compat.conflict(cfg, versions):
+        head, _, fix = why.partition(". Fix: ")
+        return Check("trainer-kernels", FAIL, head, fix)
+    chosen = trainer_compat.trainer_flags(cfg, versions)
+    where = f"speculators {versions.get('speculators', '?')}, torch {versions.get('torch', '?')}"
+    return Check("trainer-kernels", PASS, f"{where}: " + (" ".join(chosen) if chosen else "speculators' defaults")
+                 + (" (a known-bad default avoided)" if trainer_compat.known_bad(versions) else ""))
 
 
 # ---- static checks ----------------------------------------------------------------------------
@@ -309,6 +296,7 @@ def run_doctor(cfg: PipelineConfig, sup: Supervisor | None = None, engines: bool
             if getattr(cfg.engines, engine) is not None:
                 timed(check_engine_env, cfg, sup, engine)
                 timed(check_target_support, cfg, sup, engine)
+        timed(check_trainer, cfg, sup)
     timed(check_drafter, cfg)
     atomic_write_json(RunLayout(cfg.run_dir).doctor / "report.json", [asdict(c) for c in checks])
     counts = {s: sum(1 for c in checks if c.status == s) for s in (PASS, WARN, FAIL)}

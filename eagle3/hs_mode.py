@@ -19,6 +19,7 @@ import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from . import managed
 from .config import PipelineConfig
 from .errors import ConfigError
 from .phases.extract_disk import HEADER_BYTES, Estimate, bytes_per_token, estimate_from_samples, exact_estimate, fmt_bytes
@@ -112,12 +113,8 @@ def _count_lines(path: Path) -> int:
 
 def loader_workers(extra_args: list[str]) -> int:
     """The trainer's --num-workers as train.extra_args set it (the last one wins), else its default."""
-    workers = SPECULATORS_DEFAULT_WORKERS
-    for i, arg in enumerate(extra_args):
-        value = arg.split("=", 1)[1] if arg.startswith("--num-workers=") else (
-            extra_args[i + 1] if arg == "--num-workers" and i + 1 < len(extra_args) else None)
-        if value is not None and value.isdigit():
-            workers = int(value)
+    value = managed.flag_value(list(extra_args), "--num-workers")
+    workers = int(value) if value is not None and value.isdigit() else SPECULATORS_DEFAULT_WORKERS
     return workers
 
 

@@ -5,7 +5,8 @@
     bench-history/           every benchmark result kept across reruns
     doctor/                  the doctor's engine probes and its last report
     handoffs/                one JSON report per GPU handoff, named <UTC stamp>-<label>-<pid>.json
-    logs/                    run-level logs (the run's own Prefect server)
+    logs/                    run-level logs (the run's own Prefect server; server-starts.jsonl: one row per engine
+                             server start, with its seconds to ready)
     state/                   the run's bookkeeping, never a phase's output:
       services.json, services.lock, owner-token   the supervised-process registry
       run.lease                                   held by the live run (eagle3.process.lease)
@@ -101,6 +102,10 @@ class RunLayout:
     @property
     def logs(self) -> Path:
         return self.root / "logs"
+
+    @property
+    def server_starts(self) -> Path:
+        return self.logs / "server-starts.jsonl"
 
     @property
     def doctor(self) -> Path:

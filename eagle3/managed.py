@@ -61,6 +61,8 @@ TRAIN_FLAGS = {
     ("--hidden-states-dtype",): "extract.hidden_states_dtype",
     ("--dry-run",): "train.dry_run",
     ("--trust-remote-code",): "target.trust_remote_code",
+    ("--loss-implementation",): "train.loss_implementation",
+    ("--draft-attn-impl",): "train.draft_attn_impl",
 }
 
 _ANY_ENGINE_ENV = {
@@ -97,6 +99,17 @@ def _match(arg: str, spellings: tuple[str, ...]) -> bool:
         elif arg == flag or arg.startswith(flag + "="):
             return True
     return False
+
+
+def flag_value(args: list[str], flag: str) -> str | None:
+    """The value `args` gives `flag` (`--flag v` or `--flag=v`; the last one wins, as argparse does)."""
+    value = None
+    for i, arg in enumerate(args):
+        if arg.startswith(flag + "="):
+            value = arg.split("=", 1)[1]
+        elif arg == flag and i + 1 < len(args):
+            value = args[i + 1]
+    return value
 
 
 def flag_conflicts(args: list[str], table: dict[tuple[str, ...], str], section: str = "") -> list[tuple[int, str, str]]:

@@ -156,7 +156,8 @@ def _stderr_line(text: str) -> None:
 
 
 @contextlib.contextmanager
-def progress_display(mode: str | None = None, write: Callable[[str], None] = _stderr_line) -> Iterator[Display | None]:
+def progress_display(mode: str | None = None, write: Callable[[str], None] = _stderr_line,
+                     start: str = "starting the pipeline flow (Prefect)") -> Iterator[Display | None]:
     """Show every progress event of the block: live on a terminal, plain lines otherwise."""
     mode = (mode or os.environ.get(MODE_ENV) or "auto").lower()
     if mode == "off":
@@ -166,7 +167,7 @@ def progress_display(mode: str | None = None, write: Callable[[str], None] = _st
         mode = "live" if sys.stderr.isatty() else "plain"
     display: Display = LiveDisplay() if mode == "live" else LinePrinter(write)
     with display, subscribed(display):
-        emit(Event("run", STEP, message="starting the pipeline flow (Prefect)"))
+        emit(Event("run", STEP, message=start))
         yield display
 
 

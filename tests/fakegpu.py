@@ -6,11 +6,14 @@ process state: a live process with that file open or mapped counts as a CUDA con
 the holding process is gone, as the driver does. `contexts[pid]` narrows where a process has a
 context, as CUDA_VISIBLE_DEVICES does while the driver still opens every GPU's device file (an
 empty set: an NVML reader with no context). `stuck_mib` simulates memory held with no process
-(a wedged GPU); `error` makes every query fail like a lost GPU."""
+(a wedged GPU); `error` makes every query fail like a lost GPU. `linger_s` keeps a gone holder's
+memory counted (with no process listed) for that long after a query first finds it gone, as the
+driver takes a moment to free a killed context's memory (0.04-0.1 s on an H200, docs/FACTS.md)."""
 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Sequence
 
@@ -22,8 +25,10 @@ RESERVED_MIB = 615.0
 
 
 class FakeGpuBackend:
-    def __init__(self, dev_dir: Path, count: int = 2, mib_per_holder: float = 512.0):
+    def __init__(self, dev_dir: Path, count: int = 2, mib_per_holder: float = 512.0, linger_s: float = 0.0):
         self.dev_dir = Path(dev_dir)
+        self.linger_s = linger_s
+        self._seen: dict[tuple[int, int], float | None] = {}  # (gpu, pid) -> when first found gone
         self.dev_dir.mkdir(parents=True, exist_ok=True)
         self.mib_per_holder = mib_per_holder
         self.stuck_mib = [0.0] * count
@@ -58,13 +63,23 @@ class FakeGpuBackend:
         for i in wanted:
             pids = sorted(p for p in users.get(os.path.realpath(self.device(i)), set())
                           if i in self.contexts.get(p, {i}))
-            used = self.stuck_mib[i] + self.mib_per_holder * len(pids)
+            used = self.stuck_mib[i] + self.mib_per_holder * (len(pids) + self._lingering(i, pids))
             states.append(GpuState(
                 index=i, uuid=f"GPU-fake-{i:04d}", name="Fake H200", minor=i, pci_bus_id=f"00000000:{i + 0x10:02X}:00.0",
                 total_mib=TOTAL_MIB, used_mib=used, reserved_mib=RESERVED_MIB,
                 free_mib=TOTAL_MIB - RESERVED_MIB - used, util_gpu=self.util[i], util_mem=0,
                 processes=tuple(GpuProcess(pid=p, kind="compute", used_mib=self.mib_per_holder) for p in pids)))
         return states
+
+    def _lingering(self, gpu: int, pids: list[int]) -> int:
+        now = time.monotonic()
+        for pid in pids:
+            self._seen[(gpu, pid)] = None
+        for key, gone_at in list(self._seen.items()):
+            if key[0] == gpu and key[1] not in pids and gone_at is None:
+                self._seen[key] = now
+        return sum(1 for (g, _), gone_at in self._seen.items()
+                   if g == gpu and gone_at is not None and now - gone_at < self.linger_s)
 
     def close(self) -> None:
         pass

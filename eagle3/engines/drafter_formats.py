@@ -23,6 +23,9 @@ LAYER_OUTPUT = "sglang"  # id k = output of decoder layer k
 CONVENTIONS = (LAYER_INPUT, LAYER_OUTPUT)
 ENGINES = ("vllm", "sglang")
 ENGINE_CONVENTION = {"vllm": LAYER_INPUT, "sglang": LAYER_OUTPUT}
+# Written by the train phase beside the checkpoint it serves: what the drafter learned from (phase 1's
+# sampling, sample and token counts) and how it was trained. Engines ignore it; the checksum leaves it out.
+PROVENANCE = "eagle3-provenance.json"
 
 SPECULATORS_ARCHS = ("Eagle3DraftModel", "Eagle3Speculator")
 EAGLE_ARCHS = ("LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM", "Eagle3Qwen3ForCausalLM")

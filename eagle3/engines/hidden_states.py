@@ -1,8 +1,8 @@
 """vLLM in extract-hidden-states mode: the extra server flags and environment.
 
-One server serves both halves of phase 2: `--enable-scale-out` opens the render endpoint that
-`speculators prepare-data` needs (rendering only applies the chat template, the extraction
-config does not touch it), and the extract_hidden_states speculative method plus the hidden-states
+One server serves both halves of phase 2: the render endpoint that `speculators prepare-data`
+needs (rendering only applies the chat template, the extraction config does not touch it; vLLM
+0.32 opens it only with `--enable-scale-out`, 0.25 has no such flag and always opens it), and the extract_hidden_states speculative method plus the hidden-states
 KV connector make every completion request write its prompt's hidden states to a file.
 """
 
@@ -18,11 +18,12 @@ CPU_CONNECTOR = "CpuHiddenStatesConnector"      # ours: eagle3/engine_side/cpu_h
 CPU_CONNECTOR_MODULE = "cpu_hidden_states_connector"
 
 
-def server_args(layer_ids: list[int], staging_dir: Path, cpu: bool) -> list[str]:
+def server_args(layer_ids: list[int], staging_dir: Path, cpu: bool, scale_out_flag: bool = True) -> list[str]:
     """Flags appended to `vllm serve`. `layer_ids` are in vLLM's convention (id k = the hidden state
     entering decoder layer k; id L = the last layer's output before the final norm); the files hold
     them in this order. `staging_dir` is where the connector writes before the client moves each
-    file into place: keep it on the output's filesystem so the move is an atomic rename."""
+    file into place: keep it on the output's filesystem so the move is an atomic rename.
+    `scale_out_flag`: whether this vLLM's parser has `--enable-scale-out` (eagle3.engines.probe)."""
     speculative = {"method": "extract_hidden_states", "num_speculative_tokens": 1,
                    "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": list(layer_ids)}}}
     transfer: dict = {"kv_connector": CPU_CONNECTOR if cpu else GPU_CONNECTOR,
@@ -30,7 +31,7 @@ def server_args(layer_ids: list[int], staging_dir: Path, cpu: bool) -> list[str]
                       "kv_connector_extra_config": {"shared_storage_path": str(staging_dir)}}
     if cpu:
         transfer["kv_connector_module_path"] = CPU_CONNECTOR_MODULE
-    return ["--enable-scale-out",
+    return [*(["--enable-scale-out"] if scale_out_flag else []),
             "--speculative-config", json.dumps(speculative, separators=(",", ":")),
             "--kv-transfer-config", json.dumps(transfer, separators=(",", ":"))]
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+
+from ..appendlog import AppendLog
 from ..process import procfs
 from .. import progress
 from ..config import PipelineConfig, Server
@@ -48,7 +51,11 @@ def start_server(sup: Supervisor, cfg: PipelineConfig, phase: str, engine: str, 
     waited = proc.wait_ready([*adapter.readiness(server, log), OwnListener(server.port, proc.entry.pgid)],
                              timeout_s=server.startup_timeout_s,
                              on_wait=lambda s: progress.waiting(phase, what, s))
-    progress.note(phase, f"{engine} server ready after {waited:.0f} s (PID {proc.pid}, port {server.port})")
+    progress.note(phase, f"{engine} server ready after {waited:.1f} s (PID {proc.pid}, port {server.port})")
+    # One row per server start (what a GPU run's record times: load, compile, graph capture are in its log).
+    with AppendLog(cfg.layout.server_starts, fsync_every=1) as starts:
+        starts.append({"phase": phase, "name": spec.name, "engine": engine, "seconds": round(waited, 2),
+                       "pid": proc.pid, "port": server.port, "log": str(log), "at": time.time()})
     return proc
 
 

@@ -187,8 +187,11 @@ def run_handoff(run_dir: Path, settings: Handoff, gpus: list[int] | None, ports:
             rec["detail"] = f"{len(result.removed)} file(s) removed"
 
         with step("verify") as rec:
+            # The wait for release counts from here, not from the handoff's start: a service's own stop
+            # grace (spent above) may be longer than the whole deadline, and memory is freed only
+            # after its last process is gone.
             blockers = _verify(report, settings, backend if checking else None, gpus or [], list(ports), ownership,
-                               deadline=t0 + settings.deadline_s)
+                               deadline=time.monotonic() + settings.deadline_s)
             rec["detail"] = "clean" if not blockers else f"{len(blockers)} blocker(s)"
             report.problems[:0] = [_stuck_problem(t, checking) for t in report.stuck]
             report.problems += blockers
@@ -297,6 +300,7 @@ def _verify(report: HandoffReport, settings: Handoff, backend: GpuBackend | None
         if owned:
             report.ended += _ended(report, end_processes(owned, settings.grace_s))
             done |= {t[0] for t in owned}
+            deadline = max(deadline, time.monotonic() + settings.deadline_s)  # their release, as above
             continue
         blockers = _blockers(states, holders, listeners, settings.used_mib_threshold)
         report.gpus = [s.to_dict() for s in states]

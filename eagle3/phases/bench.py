@@ -48,6 +48,7 @@ from ..benchsetup import drafter_checksum, platform
 from ..benchtrend import write_trend
 from ..config import PipelineConfig, num_hidden_layers
 from ..engines import benchclient, loadgen
+from ..engines.drafter_formats import PROVENANCE
 from ..engines.drafters import drafter_aux_ids
 from ..engines.metrics import SpecCounters, Traffic, acceptance, engine_version, scrape_vllm_all, sglang_accept_length
 from ..engines.serving import base_url, start_server
@@ -104,7 +105,7 @@ def resolve_drafter(cfg: PipelineConfig) -> dict:
         return {"path": str(b.drafter), "trained": b.drafter_trained, "source": "bench.drafter (config)",
                 "status": "TRAINED (as declared by bench.drafter_trained)" if b.drafter_trained else "UNTRAINED",
                 "aux_layer_ids": drafter_aux_ids(b.drafter), "aux_layer_ids_convention": None,
-                "train_manifest": None}
+                "train_manifest": None, "data": (read_json(b.drafter / PROVENANCE) or {}).get("data")}
     from .train import TrainPaths, read_train_manifest
 
     m = read_train_manifest(cfg)
@@ -117,7 +118,8 @@ def resolve_drafter(cfg: PipelineConfig) -> dict:
     return {"path": str(path), "trained": bool(m["trained"]), "source": "train manifest", "status": m.get("status"),
             "aux_layer_ids": m.get("aux_layer_ids"), "aux_layer_ids_convention": m.get("aux_layer_ids_convention"),
             "aux_layer_ids_vllm": m.get("aux_layer_ids_vllm"), "config_aux_layer_ids": drafter_aux_ids(path),
-            "train_manifest": str(TrainPaths.of(cfg).manifest), "val_full_acc": m.get("val_full_acc")}
+            "train_manifest": str(TrainPaths.of(cfg).manifest), "val_full_acc": m.get("val_full_acc"),
+            "data": m.get("data")}
 
 
 def parity_expectation(cfg: PipelineConfig, drafter: dict) -> tuple[list[float] | None, str | None]:
@@ -546,12 +548,21 @@ def _parity(cfg: PipelineConfig, drafter: dict, runs: list[dict]) -> dict | None
     gate = evaluate_parity(expected, source, {k: p["window"]["acceptance"] if p else None for k, p in found.items()},
                            cfg.bench.parity.min_fraction, bool(drafter["trained"]),
                            {"count": sample["count"], "ids": sample["ids"]} if sample else None)
-    trained_at, served_at = cfg.datagen.sampling.temperature, cfg.bench.temperature
-    if trained_at != served_at:  # the expectation comes from data sampled otherwise: the likeliest gap
+    # What the drafter's own data was sampled at (its train manifest, or the provenance file beside a
+    # bench.drafter), never this config's datagen section: that may describe other data.
+    trained_at, served_at = training_temperature(drafter), cfg.bench.temperature
+    if trained_at is not None and trained_at != served_at:  # the likeliest gap: other text than it learned from
         gate["note"] = (f"the training data was generated at temperature {trained_at}, the benchmark serves at "
                         f"{served_at}: the drafter is measured on other text than it learned from")
         gate["message"] += f" (note: {gate['note']})"
     return gate
+
+
+def training_temperature(drafter: dict) -> float | None:
+    """The sampling temperature of the drafter's training data, where its provenance records it."""
+    sampling = (drafter.get("data") or {}).get("sampling") or {}
+    value = sampling.get("temperature")
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def _assemble(cfg: PipelineConfig, drafter: dict, prompts: dict, runs: list[dict], handoffs: list[dict],

@@ -40,6 +40,7 @@ from .. import progress
 from ..config import PipelineConfig
 from ..engines import hidden_states as hs_server
 from ..engines import speculators as spec_cli
+from ..engines.probe import vllm_accepts
 from ..engines.serving import base_url, start_server
 from ..errors import ConfigError, GateError, PipelineError, TransientError
 from ..fsio import atomic_write_json, read_json
@@ -189,13 +190,12 @@ def _command(cfg: PipelineConfig, paths: ExtractPaths, name: str, argv: list[str
                       hang_timeout_s=cfg.extract.server.hang_timeout_s)
 
 
-def _server_extra_args(cfg: PipelineConfig, plan: LayerPlan, dtype: str, paths: ExtractPaths) -> list[str]:
-    return extraction_server_args(cfg, list(plan.layer_ids), dtype, paths.staging)
-
-
-def extraction_server_args(cfg: PipelineConfig, layer_ids: list[int], dtype: str, storage: Path) -> list[str]:
-    """The extraction server's flags, for this phase and for the online train phase alike."""
-    extra = hs_server.server_args(layer_ids, storage, cpu=cfg.cpu_rehearsal)
+def extraction_server_args(cfg: PipelineConfig, sup: Supervisor, layer_ids: list[int], dtype: str,
+                           storage: Path) -> list[str]:
+    """The extraction server's flags, for this phase and for the online train phase alike. Whether
+    the render endpoint needs --enable-scale-out is the installed vLLM's own answer (one probe per run dir)."""
+    extra = hs_server.server_args(layer_ids, storage, cpu=cfg.cpu_rehearsal,
+                                  scale_out_flag=vllm_accepts(cfg, sup, "--enable-scale-out"))
     # Each request is a prepared sample (<= seq_length tokens) plus one generated token.
     if cfg.extract.seq_length + 1 > cfg.target.max_model_len:
         extra += ["--max-model-len", str(cfg.extract.seq_length + 1)]
@@ -387,7 +387,7 @@ def _extract(cfg: PipelineConfig, sup: Supervisor, paths: ExtractPaths, plan: La
         nonlocal server
         if server is None:
             server = start_server(sup, cfg, PHASE, "vllm", cfg.extract.server,
-                                  extra_args=_server_extra_args(cfg, plan, dtype, paths),
+                                  extra_args=extraction_server_args(cfg, sup, list(plan.layer_ids), dtype, paths.staging),
                                   env=hs_server.server_env(cfg.cpu_rehearsal, cfg.engines.vllm.env))
         return server
 

@@ -34,7 +34,8 @@ from pathlib import Path
 from ..checkpoints import GateReport, check_drafter, needs_export
 from ..config import PipelineConfig
 from ..drafter_export import export_drafter
-from ..engines.drafter_formats import ENGINE_CONVENTION, LAYER_INPUT
+from ..engines import trainer_compat
+from ..engines.drafter_formats import ENGINE_CONVENTION, LAYER_INPUT, PROVENANCE
 from ..engines.speculators import train_argv
 from ..errors import CommandFailed, ConfigError, GateError, PipelineError, TransientError
 from ..fsio import atomic_write_json, fsync_dir, read_json
@@ -104,11 +105,14 @@ def trainer_gpus(cfg: PipelineConfig, ext: ExtractManifest) -> list[int]:
     return list(cfg.hidden_states.train_gpus if ext.mode == "online" else cfg.gpus)
 
 
-def build_argv(cfg: PipelineConfig, ext: ExtractManifest, save_path: Path, dry_run: bool) -> list[str]:
+def build_argv(cfg: PipelineConfig, ext: ExtractManifest, save_path: Path, dry_run: bool,
+               kernel_flags: list[str] = ()) -> list[str]:
+    """`kernel_flags`: the loss/attention choices of eagle3.engines.trainer_compat for the installed versions."""
     env = cfg.engines.speculators
     if env is None:
         raise ConfigError("engines.speculators: training runs the speculators CLI; set engines.speculators")
-    extra = (SGLANG_TRAIN_FLAGS if serving_engine(cfg) == "sglang" else []) + list(cfg.train.extra_args)
+    extra = ((SGLANG_TRAIN_FLAGS if serving_engine(cfg) == "sglang" else []) + list(kernel_flags)
+             + list(cfg.train.extra_args))
     return train_argv(
         env, target=cfg.target.model, data_path=Path(ext.prepared_data), hidden_states_path=Path(ext.hidden_states_dir),
         save_path=save_path, target_layer_ids=ext.target_layer_ids, epochs=cfg.train.epochs, lr=cfg.train.lr,
@@ -133,12 +137,13 @@ def _launch(cfg: PipelineConfig, sup: Supervisor, argv: list[str], paths: TrainP
 
 
 def _dry_run(cfg: PipelineConfig, sup: Supervisor, ext: ExtractManifest, paths: TrainPaths,
-             prog: PhaseProgress) -> Path:
+             prog: PhaseProgress, kernel: list[str]) -> Path:
     """Write the untrained checkpoint into a scratch dir, then rename it into place."""
     staging = paths.dir / f".dry-run-{uuid.uuid4().hex[:8]}"
     prog.step("speculators train --dry-run (no accelerator): writing an initialised, UNTRAINED checkpoint")
     try:
-        _launch(cfg, sup, build_argv(cfg, ext, staging, dry_run=True), paths, prog, trainer_gpus(cfg, ext))
+        _launch(cfg, sup, build_argv(cfg, ext, staging, dry_run=True, kernel_flags=kernel), paths, prog,
+                trainer_gpus(cfg, ext))
         if not (staging / "config.json").is_file() or not (staging / "model.safetensors").is_file():
             raise PipelineError(f"speculators train --dry-run exited 0 without writing config.json and "
                                 f"model.safetensors into {staging}; see {paths.log}")
@@ -154,7 +159,7 @@ def _dry_run(cfg: PipelineConfig, sup: Supervisor, ext: ExtractManifest, paths: 
 
 
 def _train(cfg: PipelineConfig, sup: Supervisor, ext: ExtractManifest, paths: TrainPaths,
-           prog: PhaseProgress) -> tuple[Path, dict]:
+           prog: PhaseProgress, kernel: list[str]) -> tuple[Path, dict]:
     save = paths.checkpoints
     save.mkdir(parents=True, exist_ok=True)
     plan = prepare_resume(save, step_known=checkpoint_freq_allows_resume(list(cfg.train.extra_args)))
@@ -164,7 +169,7 @@ def _train(cfg: PipelineConfig, sup: Supervisor, ext: ExtractManifest, paths: Tr
         prog.step(f"speculators train: {cfg.train.epochs} epoch(s) on {max(1, len(cfg.gpus))} process(es)"
                   + (f", resuming from {plan.latest.path}" if plan.latest else ""))
         try:
-            _launch(cfg, sup, build_argv(cfg, ext, save, dry_run=False), paths, prog, trainer_gpus(cfg, ext))
+            _launch(cfg, sup, build_argv(cfg, ext, save, dry_run=False, kernel_flags=kernel), paths, prog, trainer_gpus(cfg, ext))
         except CommandFailed as e:
             if (save / INTERRUPTED).is_dir():
                 raise TrainingStopped(f"training was stopped (exit code {e.returncode}); its interrupt checkpoint "
@@ -189,7 +194,7 @@ _NO_RESUME = {"resume_from": None, "actions": [], "epochs_completed": 0, "global
 
 
 def _online(cfg: PipelineConfig, sup: Supervisor, ext: ExtractManifest, paths: TrainPaths, prog: PhaseProgress,
-            dry: bool) -> tuple[Path, dict, dict]:
+            dry: bool, kernel: list[str]) -> tuple[Path, dict, dict]:
     """Online mode (train_online.py): the extraction server beside the trainer. A CPU rehearsal's
     trainer can only --dry-run, which builds no data loader: before it, every sample goes through
     speculators' own on-demand data path against the same server (engine_side/online_fetch.py)."""
@@ -199,9 +204,9 @@ def _online(cfg: PipelineConfig, sup: Supervisor, ext: ExtractManifest, paths: T
         if dry:
             fetched = train_online.fetch_check(cfg, sup, ext, paths.dir / "online-fetch.json",
                                                paths.dir / "logs" / "online-fetch.log")
-            source, resume = _dry_run(cfg, sup, ext, paths, prog), _NO_RESUME
+            source, resume = _dry_run(cfg, sup, ext, paths, prog, kernel), _NO_RESUME
         else:
-            source, resume = _train(cfg, sup, ext, paths, prog)
+            source, resume = _train(cfg, sup, ext, paths, prog, kernel)
     extra = {"seconds": round(time.monotonic() - t0, 1), "server_gpus": list(cfg.hidden_states.server_gpus),
              "train_gpus": list(cfg.hidden_states.train_gpus), "endpoint": train_online.endpoint(cfg),
              "fetched_samples": len(fetched["samples"]) if fetched else None,
@@ -220,6 +225,14 @@ def gate_for_engine(cfg: PipelineConfig, source: Path, engine: str, aux_vllm: li
     return served, report
 
 
+def data_provenance(ext: ExtractManifest) -> dict:
+    """What the drafter learned from: phase 1's sampling (its manifest beside the samples file) and the sizes."""
+    datagen = read_json(Path(ext.source_samples).with_name("manifest.json")) or {}
+    settings = datagen.get("settings") or {}
+    return {"samples": ext.num_samples, "tokens": ext.total_tokens, "source_samples": ext.source_samples,
+            "sampling": settings.get("sampling"), "prompts_sha256": settings.get("prompts_sha256")}
+
+
 def run_train(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | None = None) -> PhaseSummary:
     """Train (or resume training) the drafter and gate it for the serving engine; details: the
     manifest written beside the checkpoint."""
@@ -235,12 +248,16 @@ def run_train(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | No
         prog(0, total)
     t0 = time.time()
     online = None
+    versions = trainer_compat.trainer_versions(cfg, sup)
+    if (why := trainer_compat.conflict(cfg, versions)) and not dry:
+        raise ConfigError(why)  # the doctor says so first; a run without it must not pay for a doomed start
+    kernel = trainer_compat.trainer_flags(cfg, versions)
     if ext.mode == "online":
-        source, resume, online = _online(cfg, sup, ext, paths, prog, dry)
+        source, resume, online = _online(cfg, sup, ext, paths, prog, dry, kernel)
     elif dry:
-        source, resume = _dry_run(cfg, sup, ext, paths, prog), _NO_RESUME
+        source, resume = _dry_run(cfg, sup, ext, paths, prog, kernel), _NO_RESUME
     else:
-        source, resume = _train(cfg, sup, ext, paths, prog)
+        source, resume = _train(cfg, sup, ext, paths, prog, kernel)
     prog.step(f"checkpoint gate for {engine}")
     served, report = gate_for_engine(cfg, source, engine, list(ext.target_layer_ids), paths)
     if not report.ok:
@@ -258,7 +275,10 @@ def run_train(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | No
         "gate": report.to_dict(), "train_log": str(paths.log), "seconds": round(time.time() - t0, 1),
         "val_full_acc": None if dry else validation_full_acc(paths.log),
         "created_at": time.time(), "hidden_states_mode": ext.mode, "online": online,
+        "trainer": {"versions": versions, "kernel_flags": kernel}, "data": data_provenance(ext),
     }
+    atomic_write_json(Path(served) / PROVENANCE, {"data": manifest["data"], "trainer": manifest["trainer"],
+                                                   "trained": manifest["trained"], "target_model": str(cfg.target.model)})
     atomic_write_json(paths.manifest, manifest)
     if not dry:
         prog(manifest["epochs_completed"], total)

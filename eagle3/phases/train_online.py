@@ -134,7 +134,7 @@ def extraction_server(cfg: PipelineConfig, sup: Supervisor, ext: ExtractManifest
     bound = hs_mode.cache_bound(cfg, largest)
     progress.step(PHASE, f"starting the extraction server for on-demand hidden states (cache bound {bound} bytes)")
     server = start_server(sup, cfg, PHASE, "vllm", cfg.extract.server,
-                          extra_args=extraction_server_args(cfg, list(ext.layer_ids), ext.dtype, cache),
+                          extra_args=extraction_server_args(cfg, sup, list(ext.layer_ids), ext.dtype, cache),
                           env=hs_server.server_env(cfg.cpu_rehearsal, cfg.engines.vllm.env),
                           gpus=list(cfg.hidden_states.server_gpus), served_name=served_name(cfg))
     guard = CacheGuard(cache, bound, on_exceeded=sup.stop_all)

@@ -32,6 +32,7 @@ import yaml
 from tests.gpu.test_train_gpu import ENGINE_PYTHON, TARGET, _engine_bin, train_and_stop_mid_epoch
 
 REPO = Path(__file__).resolve().parents[2]
+STANDIN_VLLM = REPO / "tests" / "reliability" / "standin_vllm"
 PHASE2 = Path(os.environ.get("EAGLE3_GPU_ONLINE_PHASE2", str(REPO / ".carry" / "i19gpu" / "phase2")))
 RESULTS = os.environ.get("EAGLE3_GPU_RESULTS")
 EPOCHS = 5
@@ -64,14 +65,16 @@ def _config(tmp: Path, mode: str, epochs: int = EPOCHS):
     raw = {
         "name": f"gpu-{mode}", "run_dir": str(tmp / "run"), "gpus": [0, 1] if online else [0],
         "target": {"model": str(TARGET), "served_name": "tiny-llama", "dtype": "float32", "max_model_len": 1024},
-        "engines": {"vllm": {"python": str(python), "env": env}, "speculators": {"python": str(python), "env": env}},
+        # vLLM's side answers the pack's engine probe with the stand-in parser (the machine may have no vLLM).
+        "engines": {"vllm": {"python": str(python), "env": {**env, "PYTHONPATH": str(STANDIN_VLLM)}},
+                    "speculators": {"python": str(python), "env": env}},
         "datagen": {"prompts": str(REPO / "configs" / "prompts" / "tiny-prompts.jsonl"), "server": server},
         "extract": {"server": {**server, "port": 18791}, "seq_length": 512},
         "hidden_states": ({"mode": "online", "server_gpus": [1], "train_gpus": [0]} if online else {"mode": "offline"}),
         "train": {"epochs": epochs, "lr": 3e-3, "total_seq_len": 256, "draft_vocab_size": 2048,
                   "num_speculative_tokens": 3, "dry_run": "never", "stop_grace_s": 120,
-                  "extra_args": ["--draft-attn-impl", "sdpa", "--loss-implementation", "eager",
-                                 "--num-workers", "2", "--optimizer", "adamw"]},
+                  "loss_implementation": "eager", "draft_attn_impl": "sdpa",
+                  "extra_args": ["--num-workers", "2", "--optimizer", "adamw"]},
         "bench": {"server": {**server, "port": 18792}},
     }
     path = tmp / "config.yaml"

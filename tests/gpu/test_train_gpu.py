@@ -67,8 +67,8 @@ def _config(tmp: Path):
         "extract": {"server": {**server, "port": 18791}, "seq_length": 512},
         "train": {"epochs": EPOCHS, "lr": 3e-3, "total_seq_len": 256, "draft_vocab_size": 2048,
                   "num_speculative_tokens": 3, "dry_run": "never", "stop_grace_s": 120,
-                  "extra_args": ["--draft-attn-impl", "sdpa", "--loss-implementation", "eager",
-                                 "--num-workers", "0", "--optimizer", "adamw"]},
+                  "loss_implementation": "eager", "draft_attn_impl": "sdpa",
+                  "extra_args": ["--num-workers", "0", "--optimizer", "adamw"]},
         "bench": {"server": {**server, "port": 18792}},
     }
     path = tmp / "config.yaml"

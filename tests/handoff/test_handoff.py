@@ -206,6 +206,21 @@ def test_nvidiactl_alone_is_not_a_gpu_hold(env, spawner):
 
 # ---- GPU verification ----------------------------------------------------------------------
 
+def test_a_service_grace_longer_than_the_deadline_still_gets_the_release_wait(env):
+    """Issue 22: deadline_s 1 s, a SIGTERM-deaf service with its own 2 s grace, memory freed 0.3 s
+    after its process is gone. The deadline counts from the end of the stop, not the handoff's start."""
+    env.gpus.linger_s = 0.3
+    proc = env.launch(HOLD, env.gpus.device(0), "ignore-term", grace_s=2.0)
+    assert env.gpus.snapshot([0])[0].used_mib == 512
+    t0 = time.monotonic()
+    report = env.handoff(grace_s=0.5, deadline_s=1.0)
+    took = time.monotonic() - t0
+    assert report.ok and gone(proc.pid), report.problems
+    assert report.services[0]["signal"] == "SIGKILL"
+    assert 2.0 + 0.3 <= took < 2.0 + 1.0, took  # the grace, then the release waited for within the deadline
+    assert [g["used_mib"] for g in report.gpus] == [0, 0]
+
+
 def test_memory_held_with_no_process_blocks_until_the_deadline(env):
     env.gpus.stuck_mib[1] = 5554
     t0 = time.monotonic()

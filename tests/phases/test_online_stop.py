@@ -31,6 +31,7 @@ from tests.procutil import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 STANDIN = REPO / "tests" / "gpu" / "hs_endpoint.py"
+STANDIN_VLLM = REPO / "tests" / "reliability" / "standin_vllm"
 TOKENS = [5, 17, 42]
 
 
@@ -56,10 +57,12 @@ def cfg(tmp_path):
     for f in bindir.iterdir():
         f.chmod(0o755)
     engine = {"python": str(bindir / "python"), "env": {"EAGLE3_STANDIN_HS_DIR": str(recorded)}}
+    # The stand-in's answer to the pack's engine probe (which vLLM serve flags exist), vLLM's side only.
+    vllm = {**engine, "env": {**engine["env"], "PYTHONPATH": str(STANDIN_VLLM)}}
     server = {"port": free_port(), "startup_timeout_s": 30, "stop_grace_s": 5}
     raw = {"name": "online-stop", "run_dir": str(tmp_path / "run"), "gpus": [],
            "target": {"model": str(REPO / "tests" / "fixtures" / "eagle3-tiny" / "target"), "served_name": "tiny"},
-           "engines": {"vllm": engine, "speculators": engine},
+           "engines": {"vllm": vllm, "speculators": engine},
            "datagen": {"prompts": str(REPO / "configs" / "prompts" / "tiny-prompts.jsonl"),
                        "server": {**server, "port": free_port()}},
            "extract": {"server": server}, "hidden_states": {"mode": "online"},

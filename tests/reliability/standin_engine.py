@@ -10,6 +10,8 @@ its environment says (engines.<name>.env in the test's config reaches it):
       silent     listen but never answer and never write to the log again (a hung startup)
       exit       print an error and exit 1 at once
       record     record the argv and exit 0 (any command)
+  STANDIN_VLLM_RELEASE=0.25  (`vllm serve`) refuse --enable-scale-out as that release's parser does
+                        (exit 2, "unrecognized arguments"); the probe's answer comes from standin_vllm/
   STANDIN_CONTROL=DIR   (generate-offline-data) after STANDIN_PAUSE_AFTER files, create DIR/paused
                         and wait for DIR/go before writing the rest
   STANDIN_FSIZE=N       (generate-offline-data) instead of pausing, limit its file size (RLIMIT_FSIZE)
@@ -55,6 +57,9 @@ def record() -> None:
 # ---- servers -------------------------------------------------------------------------------------
 
 def serve(mode: str) -> None:
+    if os.environ.get("STANDIN_VLLM_RELEASE") == "0.25" and "--enable-scale-out" in sys.argv:
+        print("vllm serve: error: unrecognized arguments: --enable-scale-out", file=sys.stderr, flush=True)
+        sys.exit(2)
     host, port = flag("--host", "127.0.0.1"), int(flag("--port", "0"))
     served = flag("--served-model-name", "target")
     if mode == "exit":

@@ -19,6 +19,7 @@ from tests.conftest import free_port, write_tiny_config
 
 HERE = Path(__file__).resolve().parent
 STANDIN = HERE / "standin_engine.py"
+STANDIN_VLLM = HERE / "standin_vllm"  # what the engine probe imports (vLLM's serve parser, its registry)
 SCRIPTS = ("vllm", "speculators", "torchrun")
 
 
@@ -52,7 +53,9 @@ def standin_config(tmp_path: Path, env: dict | None = None, overrides: dict | No
     """The tiny config with every engine replaced by the stand-in (engines.*.env += `env`), a stub
     model, free ports and short timeouts; written to tmp_path/config.yaml and loaded."""
     python = fake_engine_venv(tmp_path / "engine-venv")
-    engine = {"python": str(python), "env": dict(env or {})}
+    env = dict(env or {})
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(STANDIN_VLLM), env.get("PYTHONPATH", "")) if p)
+    engine = {"python": str(python), "env": env}
     raw = {"name": name,
            "target": {"model": str(stub_model(tmp_path / "model"))},
            "engines": {"vllm": engine, "speculators": engine},

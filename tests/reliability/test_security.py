@@ -85,7 +85,8 @@ def payload(markers: Path, tag: str) -> str:
 # Fields whose values are checked against a pattern or a fixed set: the payload must be refused
 # with the field named. (engines.*.python/command_prefix are exclusive; both kinds are exercised.)
 REJECTED = {"name", "target.served_name", "target.dtype", "datagen.engine", "extract.engine",
-            "extract.hidden_states_dtype", "train.dry_run", "hidden_states.mode", "bench.engine", "handoff.systemd_units[]",
+            "extract.hidden_states_dtype", "train.dry_run", "train.loss_implementation", "train.draft_attn_impl",
+            "hidden_states.mode", "bench.engine", "handoff.systemd_units[]",
             "datagen.server.host", "extract.server.host", "bench.server.host"} | {
             f"{phase}.server.{key}" for phase in ("datagen", "extract", "bench")
             for key in ("api_key_env", "api_key_secret_block")}

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# The whole pipeline on one GPU: `eagle3 run configs/h200-tiny.yaml` (datagen -> extract -> train ->
+# bench, every handoff), then the same run with online hidden states (configs/h200-tiny-online.yaml).
+# Made for the H200 test machine (no network, at most 64 MiB and 10 minutes per command); docs/GPU.md
+# says how to send the pieces. Every command appends to the record in RESULTS (kept on the machine
+# between commands) and rebuilds the summary, so whatever ran is recorded even if a later step fails.
+#
+#   bash bench/gpu_e2e.sh RESULTS setup      # assemble + install vLLM 0.25 and the pack's deps, build the model
+#   bash bench/gpu_e2e.sh RESULTS offline    # eagle3 run configs/h200-tiny.yaml (rerun it to resume)
+#   bash bench/gpu_e2e.sh RESULTS online     # eagle3 run configs/h200-tiny-online.yaml (phase 1 reused)
+#   bash bench/gpu_e2e.sh RESULTS record     # rebuild RESULTS/gpu-e2e-summary.json and the raw record
+#
+# Env: STAGE (default /tmp/stage: the vLLM pieces part0*, and pack-deps/), VLLM_DEPS (the engine's
+# wheels), SITE (default /tmp/e2e-site), BUDGET_S (seconds `eagle3 run` may take in this command; it is
+# then stopped with SIGTERM, as a scheduler would, and the next `offline` resumes where it stopped).
+set -uo pipefail
+RESULTS=${1:?usage: gpu_e2e.sh RESULTS setup|offline|online|record}
+STEP=${2:?usage: gpu_e2e.sh RESULTS setup|offline|online|record}
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+STAGE=${STAGE:-/tmp/stage}
+VLLM_DEPS=${VLLM_DEPS:-$REPO/.carry/vllm/deps}
+SITE=${SITE:-/tmp/e2e-site}
+BUDGET_S=${BUDGET_S:-480}
+mkdir -p "$RESULTS"
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export EAGLE3_PROGRESS_INTERVAL_S=${EAGLE3_PROGRESS_INTERVAL_S:-15}
+# The pack runs on the machine's python3 with its own dependencies; the engine wrappers below run the
+# same python3 with vLLM's instead (two site dirs, as the CPU box has two venvs).
+PACK_PATH="$SITE/pack:$REPO"
+pack() { PYTHONPATH="$PACK_PATH" python3 -m eagle3.cli "$@"; }
+stamp() { date -u +%FT%T.%3NZ; }
+since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }'; }
+event() { printf '{"at": "%s", "step": "%s", %s}\n' "$(stamp)" "$STEP" "$1" >> "$RESULTS/events.jsonl"; }
+
+wrappers() {
+  local bin="$REPO/.gpu-engine/bin"
+  mkdir -p "$bin"
+  # Wrappers, not links: the config's engines.*.python must be an executable file; each sets the
+  # engine's site dir (replacing the pack's, which the supervised processes would otherwise inherit).
+  printf '#!/bin/sh\nPYTHONPATH=%s exec python3 "$@"\n' "$SITE/engine" > "$bin/python"
+  printf '#!/bin/sh\nPYTHONPATH=%s exec python3 -m vllm.entrypoints.cli.main "$@"\n' "$SITE/engine" > "$bin/vllm"
+  printf '#!/bin/sh\nPYTHONPATH=%s exec python3 -m torch.distributed.run "$@"\n' "$SITE/engine" > "$bin/torchrun"
+  # speculators' data-loader workers are spawned and re-import __main__: hence a file with a guard.
+  printf '#!/bin/sh\nPYTHONPATH=%s exec python3 %s "$@"\n' "$SITE/engine" "$bin/speculators_main.py" > "$bin/speculators"
+  printf 'import sys\nfrom speculators.__main__ import app\nif __name__ == "__main__":\n    sys.exit(app())\n' \
+    > "$bin/speculators_main.py"
+  chmod +x "$bin/python" "$bin/vllm" "$bin/torchrun" "$bin/speculators"
+}
+
+setup() {
+  local t0 whl
+  t0=$(date +%s.%N)
+  whl="$STAGE/vllm-0.25.0-cp38-abi3-manylinux_2_28_x86_64.whl"
+  [ -f "$whl" ] || cat "$STAGE"/part0* > "$whl" || return 1
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE/engine" \
+    "$whl" "$VLLM_DEPS"/*.whl || return 1
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE/pack" \
+    "$STAGE"/pack-deps/*.whl || return 1
+  wrappers
+  {
+    date -u; uname -r; nproc; python3 -V
+    nvidia-smi --query-gpu=index,name,driver_version,memory.total,memory.used --format=csv,noheader
+    PYTHONPATH="$SITE/engine" python3 "$REPO/eagle3/engine_side/engine_versions.py"
+    sha256sum "$whl"
+  } > "$RESULTS/machine.txt" 2>&1
+  pack make-tiny-model "$REPO/models/tiny-llama" --engine-python "$REPO/.gpu-engine/bin/python" \
+    >> "$RESULTS/setup.log" 2>&1 || return 1
+  event "\"seconds\": $(since "$t0"), \"ok\": true"
+}
+
+run_config() {  # CONFIG LOG: one `eagle3 run` within BUDGET_S; a rerun resumes what a stop interrupted
+  local config=$1 log=$2 t0 rc
+  wrappers  # cheap; a fresh checkout copy on the machine has no .gpu-engine/
+  t0=$(date +%s.%N)
+  echo "=== $(stamp) eagle3 run $config (budget ${BUDGET_S} s)" >> "$log"
+  timeout -s TERM -k 150 "$BUDGET_S" env PYTHONPATH="$PACK_PATH" python3 -m eagle3.cli run "$config" \
+    < /dev/null >> "$log" 2>&1
+  rc=$?
+  event "\"config\": \"$config\", \"rc\": $rc, \"seconds\": $(since "$t0")"
+  nvidia-smi --query-gpu=index,memory.used --format=csv,noheader >> "$log" 2>&1
+  return $rc
+}
+
+record() {
+  PYTHONPATH="$PACK_PATH" python3 "$REPO/bench/gpu_e2e_record.py" --results "$RESULTS" \
+    --run offline="$REPO/runs/h200-tiny" --run online="$REPO/runs/h200-tiny-online" \
+    --config offline="$REPO/configs/h200-tiny.yaml" --config online="$REPO/configs/h200-tiny-online.yaml"
+  # The runs' own small files (logs, manifests, summaries, reports, handoff reports), not their data.
+  (cd "$REPO/runs" 2>/dev/null && find . -path '*/hidden_states' -prune -o -path '*/checkpoints' -prune \
+     -o -path '*/prepared' -prune -o -path '*/.prefect*' -prune -o -type f \
+     \( -name '*.log' -o -name '*.json' -o -name '*.jsonl' -o -name '*.md' \) -size -8M -print0 |
+   grep -zv 'samples.jsonl' | tar czf "$RESULTS/run-files.tar.gz" --null -T - 2>/dev/null) || true
+}
+
+case "$STEP" in
+  setup) setup; rc=$? ;;
+  offline) run_config "$REPO/configs/h200-tiny.yaml" "$RESULTS/run-offline.log"; rc=$? ;;
+  online)
+    # Phase 1 is the same in both runs (same prompts, sampling, target): the online run takes the
+    # offline run's rows of its first 1,024 prompts (the phase then resumes on them, starting no server).
+    online_dg="$REPO/runs/h200-tiny-online/datagen"
+    if [ ! -d "$online_dg" ] && [ -s "$REPO/runs/h200-tiny/datagen/samples.jsonl" ]; then
+      mkdir -p "$online_dg" && cp "$REPO/runs/h200-tiny/datagen/manifest.json" "$online_dg/" &&
+      PYTHONPATH="$PACK_PATH" python3 - "$REPO" <<'PY'
+import json, sys
+from pathlib import Path
+from eagle3.config import load_config
+from eagle3.prompts import load_prompts
+repo = Path(sys.argv[1])
+cfg = load_config(repo / "configs/h200-tiny-online.yaml", check_files=False)
+wanted = set(load_prompts(cfg.datagen.prompts, cfg.datagen.max_samples).ids)
+rows = (repo / "runs/h200-tiny/datagen/samples.jsonl").read_text().splitlines(keepends=True)
+kept = [r for r in rows if r.strip() and json.loads(r)["id"] in wanted]
+(repo / "runs/h200-tiny-online/datagen/samples.jsonl").write_text("".join(kept))
+print(f"online run: reused {len(kept)} of {len(rows)} phase-1 rows")
+PY
+    fi
+    run_config "$REPO/configs/h200-tiny-online.yaml" "$RESULTS/run-online.log"; rc=$? ;;
+  record) rc=0 ;;
+  *) echo "unknown step $STEP" >&2; exit 2 ;;
+esac
+record
+exit $rc

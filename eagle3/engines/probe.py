@@ -1,0 +1,128 @@
+"""What an engine environment itself says about itself, asked once per run dir.
+
+The probe runs `engine_side/inspect_target.py` in the engine's own interpreter: its package
+versions, whether it can capture EAGLE-3 hidden states from the target (without loading weights),
+and which of the server flags the pack may pass its own `vllm serve` argument parser accepts.
+Flags that exist in one vLLM release and not another are chosen from that answer, never from a
+guessed version. Answers are cached per (interpreter, its env, target config) in the run dir, so
+the doctor and a phase that needs one share a single probe. For a venv interpreter the answer is
+also kept in the user's cache (`$XDG_CACHE_HOME/eagle3/engine-probes.json`), keyed by the venv's
+site-packages as well (an install or upgrade changes its mtime), so new run dirs on the same engine
+do not pay the engine's imports again; that file is read only when it is the user's own and not
+writable by others.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+from pathlib import Path
+
+from ..config import PipelineConfig
+from ..errors import CommandFailed, ConfigError
+from ..fsio import atomic_write_json, read_json
+from ..layout import RunLayout
+from ..process.services import LaunchSpec, Supervisor
+
+ENGINE_SIDE = Path(__file__).resolve().parent.parent / "engine_side"
+# Server flags that some releases of vLLM lack; the probe asks the parser for each.
+# --enable-scale-out: 0.32 serves /v1/chat/completions/render only with it; 0.25 has no such flag
+# and serves the route whenever the model generates (docs/FACTS.md §1).
+OPTIONAL_VLLM_FLAGS = ("--enable-scale-out",)
+
+
+def engine_probe(cfg: PipelineConfig, sup: Supervisor, engine: str, script: str, *args: str) -> dict:
+    """Run an engine-side script (`--out FILE` appended) and return the JSON it wrote; cached."""
+    env = getattr(cfg.engines, engine)
+    key_src = json.dumps([env.python_argv(), env.env, script, args,
+                          _mtime(env.python), (cfg.target.model / "config.json").read_text()], default=str)
+    key = hashlib.sha256(key_src.encode()).hexdigest()[:16]
+    cache_path = RunLayout(cfg.run_dir).doctor_cache
+    cache = read_json(cache_path, default={})
+    if key in cache:
+        return cache[key]
+    site = _site_packages_stamp(env.python)
+    user_key = hashlib.sha256((key_src + site).encode()).hexdigest()[:24] if site else None
+    user_cache = _user_cache() if user_key else None
+    if user_cache is not None and user_key in user_cache[1]:
+        cache[key] = user_cache[1][user_key]
+        atomic_write_json(cache_path, cache)
+        return cache[key]
+    out = RunLayout(cfg.run_dir).doctor / f"{engine}-{Path(script).stem}.json"
+    log = out.with_suffix(".log")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.unlink(missing_ok=True)
+    spec = LaunchSpec(name=f"doctor-{engine}", argv=[*env.python_argv(), str(ENGINE_SIDE / script), *args,
+                                                     "--out", str(out)],
+                      log=log, phase="doctor", env=dict(env.env), stop_grace_s=5, hang_timeout_s=300)
+    try:
+        sup.run(spec, timeout_s=600)
+    except CommandFailed:
+        pass  # the script writes its error into the JSON; a missing JSON is reported below
+    result = read_json(out, default=None) or {"error": f"probe wrote nothing; see {log}"}
+    if "error" not in result:
+        cache[key] = result
+        atomic_write_json(cache_path, cache)
+        if user_cache is not None:
+            atomic_write_json(user_cache[0], {**user_cache[1], user_key: result})
+    return result
+
+
+def inspect_engine(cfg: PipelineConfig, sup: Supervisor, engine: str) -> dict:
+    """The engine's versions, its support for the target, and (vLLM) which optional flags it takes."""
+    flags = [f"--serve-flag={flag}" for flag in OPTIONAL_VLLM_FLAGS] if engine == "vllm" else []
+    return engine_probe(cfg, sup, engine, "inspect_target.py", str(cfg.target.model), "--engine", engine, *flags)
+
+
+def vllm_accepts(cfg: PipelineConfig, sup: Supervisor, flag: str) -> bool:
+    """Whether the configured vLLM's own server parser has `flag` (one of OPTIONAL_VLLM_FLAGS)."""
+    if flag not in OPTIONAL_VLLM_FLAGS:
+        raise ValueError(f"{flag} is not probed; add it to OPTIONAL_VLLM_FLAGS")
+    info = inspect_engine(cfg, sup, "vllm")
+    flags = info.get("serve_flags")
+    if not isinstance(flags, dict) or flag not in flags:
+        raise ConfigError(f"engines.vllm: could not ask the vLLM environment whether its server takes {flag} "
+                          f"({info.get('error') or info.get('serve_flags_error') or 'no answer'}); "
+                          f"see {RunLayout(cfg.run_dir).doctor}; `eagle3 doctor CONFIG` shows the probe's result")
+    return bool(flags[flag])
+
+
+def _site_packages_stamp(python) -> str | None:
+    """The site-packages dirs of the venv `python` belongs to, with their mtimes; None if not a venv."""
+    if python is None:
+        return None
+    root = Path(python).parent.parent
+    if not (root / "pyvenv.cfg").is_file():
+        return None
+    sites = sorted(root.glob("lib/python*/site-packages"))
+    return ";".join(f"{p}:{p.stat().st_mtime_ns}" for p in sites) or None
+
+
+def _user_cache() -> tuple[Path, dict] | None:
+    """(path, entries) of the user's probe cache, or None where it is not provably the user's own."""
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "eagle3"
+    try:
+        base.mkdir(parents=True, exist_ok=True, mode=0o700)
+        for path in (base, base / "engine-probes.json"):
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                continue
+            if stat.S_ISLNK(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+                return None
+        data = read_json(base / "engine-probes.json", default={})
+    except (OSError, ValueError):
+        return None
+    return (base / "engine-probes.json", data) if isinstance(data, dict) else None
+
+
+def _mtime(path) -> float | None:
+    try:
+        return Path(path).stat().st_mtime if path else None
+    except OSError:
+        return None
+
+
+__all__ = ["engine_probe", "inspect_engine", "vllm_accepts", "OPTIONAL_VLLM_FLAGS", "ENGINE_SIDE"]

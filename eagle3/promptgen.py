@@ -1,0 +1,135 @@
+"""A deterministic, local prompt-set generator with a fixed held-out split.
+
+Thousands of varied chat prompts are made from templates and word lists in this file; nothing is
+downloaded. The same arguments give the same bytes on every machine (one seeded generator, no
+set iteration, sorted output). Which side of the split a prompt falls on is a function of its text
+alone (sha256 bucket), so asking for more prompts adds rows on both sides and never moves one
+across: a held-out prompt is never among the prompts data generation regenerates, whatever the
+counts. Each row: {"id", "conversations": [{"role": "user", "content"}], "category", "split"}.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import ConfigError
+from .fsio import atomic_write_text
+
+HELDOUT_BUCKETS = 16  # one text in 16 is held out (bucket 0)
+
+TOPICS = [
+    "a binary search", "a hash map", "garbage collection", "a TCP handshake", "the CAP theorem", "a mutex",
+    "a semaphore", "a deadlock", "a race condition", "memoization", "dynamic programming", "a linked list",
+    "a binary heap", "a trie", "a bloom filter", "consistent hashing", "a B-tree", "a red-black tree",
+    "quicksort", "merge sort", "a priority queue", "a graph traversal", "Dijkstra's algorithm", "a spanning tree",
+    "a virtual machine", "a container", "a process scheduler", "virtual memory", "a page fault", "a cache line",
+    "branch prediction", "a compiler pass", "a lexer", "a parser", "an abstract syntax tree", "type inference",
+    "a closure", "a coroutine", "an event loop", "a thread pool", "a lock-free queue", "a write-ahead log",
+    "a database index", "a transaction", "two-phase commit", "a consensus protocol", "leader election",
+    "a load balancer", "a reverse proxy", "DNS resolution", "TLS", "public-key cryptography", "a hash function",
+    "a checksum", "data compression", "a floating point number", "integer overflow", "a bit mask", "recursion",
+    "tail calls", "a generator", "an iterator", "a decorator", "dependency injection", "an interface",
+    "inheritance", "unit testing", "a code review", "version control", "a merge conflict", "continuous integration",
+    "a feature flag", "a rate limiter", "a circuit breaker", "a message queue", "backpressure", "a retry policy",
+    "idempotency", "a REST API", "a GPU kernel", "matrix multiplication", "gradient descent", "a neural network",
+    "attention in transformers", "tokenization", "speculative decoding", "a KV cache", "quantization",
+]
+LANGUAGES = ["Python", "C", "Rust", "Go", "Java", "JavaScript", "C++", "Haskell", "SQL", "Bash"]
+TASKS = [
+    "reverses a string", "checks whether a number is prime", "counts the words in a file", "merges two sorted lists",
+    "finds the largest element of an array", "removes duplicates from a list", "computes a factorial",
+    "parses a CSV line", "validates an email address", "flattens a nested list", "computes the median",
+    "rotates a matrix", "checks balanced parentheses", "converts Celsius to Fahrenheit", "sums the digits of a number",
+    "finds the longest common prefix", "implements a stack", "implements a queue with two stacks",
+    "computes Fibonacci numbers", "groups words by their anagrams", "formats a byte count for humans",
+    "retries a function with exponential backoff", "reads a JSON file safely", "splits a list into chunks",
+]
+STYLES = [
+    "in two sentences", "in one paragraph", "to a beginner", "to an expert", "with an example", "step by step",
+    "as a short list", "without jargon", "with an analogy", "in under fifty words", "and give one pitfall",
+    "and say when not to use it",
+]
+VERBS = ["Explain", "Describe", "Summarize", "Teach me", "Outline"]
+NOUNS = ["a cat", "the ocean", "a city at night", "autumn", "a lighthouse", "a robot", "the moon", "a library",
+         "a train journey", "a mountain", "a garden", "a storm", "an old clock", "a market", "a river"]
+FORMS = ["a haiku", "a limerick", "a four-line poem", "a short story opening", "a product description",
+         "a riddle", "a diary entry", "a tweet"]
+NUMBERS = [3, 4, 5, 7, 10]
+
+TEMPLATES = [
+    ("explain", "{verb} {topic} {style}."),
+    ("compare", "Compare {topic} and {topic2} {style}."),
+    ("code", "Write a {lang} function that {task}."),
+    ("code", "Write a {lang} function that {task}, with a docstring and one test."),
+    ("code-review", "What can go wrong in a {lang} function that {task}?"),
+    ("list", "List {n} facts about {topic}."),
+    ("list", "Give {n} tips for using {topic} in {lang}."),
+    ("creative", "Write {form} about {noun}."),
+    ("creative", "Write {form} about {topic}."),
+    ("qa", "Why would someone choose {topic} over {topic2}?"),
+    ("qa", "What is the time complexity of {topic}, and why?"),
+    ("debug", "My {lang} program that {task} is slow. How do I find out why?"),
+    ("design", "Design a small system that uses {topic} and {topic2}. {verb} the parts {style}."),
+]
+
+
+@dataclass(frozen=True)
+class GeneratedSet:
+    train: list[dict]
+    heldout: list[dict]
+
+
+def heldout(text: str) -> bool:
+    """The fixed split: a function of the prompt's text only."""
+    return int(hashlib.sha256(text.encode()).hexdigest()[:8], 16) % HELDOUT_BUCKETS == 0
+
+
+def _fill(rng: random.Random, template: str) -> str:
+    topic, topic2 = rng.sample(TOPICS, 2)
+    return template.format(verb=rng.choice(VERBS), topic=topic, topic2=topic2, style=rng.choice(STYLES),
+                           lang=rng.choice(LANGUAGES), task=rng.choice(TASKS), n=rng.choice(NUMBERS),
+                           form=rng.choice(FORMS), noun=rng.choice(NOUNS))
+
+
+def generate(train: int, held_out: int, seed: int = 0, max_draws: int | None = None) -> GeneratedSet:
+    """`train` prompts for data generation and `held_out` for the benchmark, distinct texts, in the
+    order they were drawn; ids say the side and the draw (`gen<seed>-t00042`, `gen<seed>-h00007`)."""
+    if train < 1 or held_out < 1:
+        raise ConfigError("make-prompts: --train and --heldout must be at least 1")
+    rng = random.Random(seed)
+    seen: set[str] = set()
+    out: dict[str, list[dict]] = {"train": [], "heldout": []}
+    want = {"train": train, "heldout": held_out}
+    draws, limit = 0, max_draws or 200 * (train + held_out)
+    while len(out["train"]) < train or len(out["heldout"]) < held_out:
+        draws += 1
+        if draws > limit:
+            raise ConfigError(f"make-prompts: only {len(seen)} distinct prompts after {limit} draws; ask for fewer "
+                              f"(--train {train}, --heldout {held_out})")
+        category, template = TEMPLATES[rng.randrange(len(TEMPLATES))]
+        text = _fill(rng, template)
+        if text in seen:
+            continue
+        seen.add(text)
+        side = "heldout" if heldout(text) else "train"
+        if len(out[side]) >= want[side]:
+            continue
+        tag = "h" if side == "heldout" else "t"
+        out[side].append({"id": f"gen{seed}-{tag}{len(out[side]):05d}",
+                          "conversations": [{"role": "user", "content": text}],
+                          "category": category, "split": side})
+    return GeneratedSet(out["train"], out["heldout"])
+
+
+def write(directory: Path, generated: GeneratedSet) -> tuple[Path, Path]:
+    """directory/train.jsonl and directory/heldout.jsonl, each written atomically."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = directory / "train.jsonl", directory / "heldout.jsonl"
+    for path, rows in zip(paths, (generated.train, generated.heldout)):
+        atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in rows))
+    return paths

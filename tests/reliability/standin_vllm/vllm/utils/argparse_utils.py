@@ -1,0 +1,1 @@
+from argparse import ArgumentParser as FlexibleArgumentParser  # noqa: F401
