@@ -1,0 +1,54 @@
+"""bench/gpu_e2e_record.py, the record of the GPU run (bench/gpu_e2e.sh): the committed summary is what
+the script makes from the committed run files, and it has every key issue 22 asks for. The run files
+(bench/results/gpu-e2e-h200-20261201-files.tar.gz) are the runs' own small files as the H200 wrote them."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tarfile
+
+from tests.conftest import REPO
+
+RESULTS = REPO / "bench" / "results"
+STAMP = "gpu-e2e-h200-20261201"
+KEYS = {"machine", "date", "vllm", "torch", "phases", "server_starts", "target_loads", "handoffs", "train_val_acc",
+        "heldout", "parity"}
+
+
+def test_the_committed_summary_is_what_the_record_script_makes_from_the_run_files(tmp_path):
+    runs = tmp_path / "runs"
+    with tarfile.open(RESULTS / f"{STAMP}-files.tar.gz") as tar:
+        tar.extractall(runs, filter="data")
+    results = tmp_path / "results"
+    results.mkdir()
+    shutil.copy(RESULTS / f"{STAMP}-machine.txt", results / "machine.txt")
+    shutil.copy(RESULTS / f"{STAMP}-events.jsonl", results / "events.jsonl")
+    res = subprocess.run([sys.executable, str(REPO / "bench" / "gpu_e2e_record.py"), "--results", str(results),
+                          "--run", f"offline={runs / 'h200-tiny'}", "--run", f"online={runs / 'h200-tiny-online'}"],
+                         capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert res.returncode == 0, res.stderr
+    made = json.loads((results / "gpu-e2e-summary.json").read_text())
+    committed = json.loads((RESULTS / "gpu-e2e-summary.json").read_text())
+    assert KEYS <= set(made) and KEYS <= set(committed)
+    for run in ("offline", "online"):
+        a, b = made["runs"][run], committed["runs"][run]
+        for key in KEYS - {"heldout"}:
+            assert a[key] == b[key], (run, key)
+        for key in ("k", "acceptance_length", "per_position_pct", "speedup_c1", "speedup_c4", "tpot_ms", "gate"):
+            assert a["heldout"][key] == b["heldout"][key], (run, key)
+
+
+def test_the_summary_says_what_the_issue_asks_and_labels_it():
+    s = json.loads((RESULTS / "gpu-e2e-summary.json").read_text())
+    assert "H200" in s["machine"] and s["vllm"] == "0.25.0" and s["torch"].startswith("2.11")
+    assert set(s["phases"]) == {"datagen", "extract", "train", "bench"}
+    assert all({"name", "seconds"} <= set(start) for start in s["server_starts"])
+    assert s["handoffs"] and all(h["ok"] for h in s["handoffs"])
+    assert len(s["train_val_acc"]) == 3 and s["parity"] in ("passed", "failed")
+    h = s["heldout"]
+    assert h["k"] == 3 and h["prompts"]["path"].endswith("configs/prompts/generated/heldout.jsonl")
+    assert h["drafter"]["trained"] is True and h["drafter"]["data"]["samples"] == 4096
+    assert "a drafter trained by this run" in s["labels"] and "H200" in s["labels"]
