@@ -14,7 +14,6 @@ from ..config import PipelineConfig
 from ..process.services import Supervisor
 from .probe import engine_probe
 
-DEFAULTS = {"loss_implementation": "fused", "draft_attn_impl": "simple_flex_attention"}  # speculators 0.9's own
 FLAGS = {"loss_implementation": "--loss-implementation", "draft_attn_impl": "--draft-attn-impl"}
 
 
