@@ -29,8 +29,10 @@ import time
 from pathlib import Path
 
 import httpx
+from pydantic import SecretStr
 
 from eagle3.config import DEFAULT_CONFIG, PipelineConfig, load_config
+from eagle3.engines.serving import api_key
 from eagle3.engines.serving import base_url as server_url
 from eagle3.engines.serving import start_server
 from eagle3.phases.datagen import run_datagen
@@ -48,9 +50,11 @@ def free_port() -> int:
 
 
 def variant(cfg: PipelineConfig, run_dir: Path, n: int, concurrency: int, max_tokens: int,
-            port: int | None = None) -> PipelineConfig:
+            port: int | None = None, key: str | None = None) -> PipelineConfig:
     d = cfg.datagen
     server = d.server.model_copy(update={"port": port}) if port else d.server
+    if key:  # both clients send the server's key: the one the pack gave its own server, or --base-url's
+        server = server.model_copy(update={"api_key": SecretStr(key), "api_key_env": None})
     datagen = d.model_copy(update={
         "max_samples": n, "concurrency": concurrency, "server": server,
         "sampling": d.sampling.model_copy(update={"temperature": 0.0, "top_p": 1.0, "max_tokens": max_tokens}),
@@ -76,8 +80,10 @@ def run_vllm(cfg: PipelineConfig, sup: Supervisor, url: str, dataset: Path, out:
             "--custom-output-len", str(d.sampling.max_tokens), "--ignore-eos", "--temperature", "0",
             "--max-concurrency", str(d.concurrency), "--request-rate", "inf", "--num-warmups", "0",
             "--save-result", "--result-dir", str(out), "--result-filename", f"{tag}.json"]
+    key = d.server.key("datagen.server")
     sup.run(LaunchSpec(name=f"vllm-bench-{tag}", argv=argv, log=out / f"{tag}.log", phase="bench",
-                       env=dict(engine.env), stop_grace_s=5.0), timeout_s=900)
+                       env={**engine.env, **({"OPENAI_API_KEY": key} if key else {})}, stop_grace_s=5.0,
+                       secrets=[key] if key else []), timeout_s=900)
     r = json.loads((out / f"{tag}.json").read_text())
     assert r["completed"] == d.max_samples and not r.get("failed"), r
     return {"output_tok_s": r["output_throughput"], "tokens": r["total_output_tokens"], "seconds": r["duration"]}
@@ -147,6 +153,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
     ap.add_argument("--base-url", help="use this running server (serving target.served_name) instead of starting one")
+    ap.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="NAME",
+                    help="with --base-url: the environment variable holding that server's key (if it has one)")
     ap.add_argument("--num-prompts", type=int, default=64)
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=64)
@@ -175,16 +183,17 @@ def main() -> int:
     proc = None
     try:
         if args.base_url:
-            url = args.base_url
+            url, key = args.base_url, os.environ.get(args.api_key_env)
         else:
             print(f"starting vLLM on port {cfg.datagen.server.port} ...", flush=True)
             proc = start_server(sup, cfg, "datagen", "vllm", cfg.datagen.server)
-            url = server_url(cfg.datagen.server)
+            url, key = server_url(cfg.datagen.server), api_key(cfg, cfg.datagen.server, "datagen.server")
+        cfg = variant(cfg, work, args.num_prompts, args.concurrency, args.max_tokens, key=key)
         version = httpx.get(f"{url}/version", timeout=10).json().get("version", "?")
-        run_ours(variant(cfg, work / "warmup", 8, args.concurrency, args.max_tokens), url)  # warm the server
+        run_ours(variant(cfg, work / "warmup", 8, args.concurrency, args.max_tokens, key=key), url)  # warm the server
         rows = []
         for i in range(args.rounds):
-            ours_cfg = variant(cfg, work / f"ours-{i}", args.num_prompts, args.concurrency, args.max_tokens)
+            ours_cfg = variant(cfg, work / f"ours-{i}", args.num_prompts, args.concurrency, args.max_tokens, key=key)
             if i % 2 == 0:
                 o = run_ours(ours_cfg, url)
                 v = run_vllm(cfg, sup, url, dataset, work, f"vllm-{i}")

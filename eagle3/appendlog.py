@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import Iterator
 
+from . import owned
 from .errors import ConfigError
 from .fsio import fsync_dir
 
@@ -32,9 +33,8 @@ def recover(path: Path) -> list[dict]:
     A line that does not parse is tolerated only at the end, where a crash leaves it; one in the
     middle means the file was damaged or edited, and resuming on top of it could lose rows."""
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
+    data = owned.read_bytes(path, None, what="append-only log", limit=None)
+    if data is None:
         return []
     rows: list[dict] = []
     good_end = 0
@@ -56,10 +56,9 @@ def recover(path: Path) -> list[dict]:
         rows.append(row)
         good_end = offset + len(line) + 1
     if good_end != len(data):
-        with open(path, "r+b") as fh:
-            fh.truncate(good_end)
-            fh.flush()
-            os.fsync(fh.fileno())
+        with owned.opened(path, os.O_RDWR, what="append-only log") as fd:
+            os.ftruncate(fd, good_end)
+            os.fsync(fd)
     return rows
 
 
@@ -70,7 +69,8 @@ class AppendLog:
         self._pending = 0
         self.path.parent.mkdir(parents=True, exist_ok=True)
         created = not self.path.exists()
-        self._fh = open(self.path, "ab", buffering=0)
+        self._fh = os.fdopen(owned.open_own(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, what="append-only log"),
+                             "ab", buffering=0)
         if created:
             fsync_dir(self.path.parent)  # the new name must survive a crash, not only its data
 

@@ -60,13 +60,16 @@ WaitOption = typer.Option(0.0, "--wait", min=0, metavar="SECONDS",
 
 def _lease(stack: contextlib.ExitStack, run_dir: Path, gpus: list[int], wait_s: float) -> None:
     """Take the run dir's lease (and the GPUs') before anything else touches the run dir; a run
-    that holds them already is named and nothing is started or stopped (exit 3)."""
+    that holds them already is named and nothing is started or stopped (exit 3); a run dir or lock
+    dir another user could have written is refused, naming the path, owner, mode and fix (exit 2)."""
     from .process.lease import LeaseBusy, hold
 
     try:
         stack.enter_context(hold(run_dir, gpus, wait_s))
     except LeaseBusy as e:
         fail(str(e), code=LeaseBusy.exit_code)
+    except ConfigError as e:  # the run dir or the lock dir is not provably the user's (owned.NotOwned)
+        fail(str(e))
 
 
 def _recover(cfg, sup, ports: list[int] | None = None) -> None:

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import (BaseModel, ConfigDict, Field, SecretStr, ValidationError, ValidationInfo, field_validator,
                       model_validator)
 
-from . import managed, phase_table, safe_yaml
+from . import managed, owned, phase_table, safe_yaml
 from .errors import ConfigError, echo
 from .layout import RunLayout
 from .inputfiles import MAX_JSON_BYTES, decode_utf8, dir_problem, file_problem, read_capped
@@ -859,6 +859,8 @@ def parse_config(raw: object, base_dir: Path, source: str = "config", check_file
     problems += [f"{source}: {field}: {msg}" for field, msg in cross_checks(cfg)]
     if why := owned_dir_problem(cfg.run_dir, writable=check_files):
         problems.append(f"{source}: run_dir: {why}")
+    elif why := owned.ancestor_problem(cfg.run_dir) or owned.owner_problem(cfg.run_dir):
+        problems.append(f"{source}: run_dir: {cfg.run_dir}: {why}")
     if check_files:
         problems += _semantic_checks(cfg, source)
     if problems:

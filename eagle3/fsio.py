@@ -10,6 +10,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
+from . import owned
+
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     path = Path(path)
@@ -37,6 +39,13 @@ def atomic_write_json(path: Path, obj: Any) -> None:
 
 
 def read_json(path: Path, default: Any = None) -> Any:
+    """A JSON file the pack wrote and now acts on: refused (owned.NotOwned) unless it is the user's own
+    regular file, not a link, not writable by others. `default` when it does not exist."""
+    return owned.read_json(path, default)
+
+
+def read_input_json(path: Path, default: Any = None) -> Any:
+    """A JSON file the pack only reads for information (e.g. beside a drafter another user trained)."""
     try:
         return json.loads(Path(path).read_text())
     except FileNotFoundError:
@@ -57,12 +66,12 @@ def file_lock(path: Path, blocking: bool = True) -> Iterator[None]:
     With blocking=False a held lock raises BlockingIOError at once instead of waiting."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as fh:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+    with owned.opened(path, os.O_RDWR | os.O_CREAT, what="lock file") as fd:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
         try:
             yield
         finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_UN)
 
 
 def tail(path: Path, max_bytes: int = 4000) -> str:

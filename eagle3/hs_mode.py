@@ -14,12 +14,11 @@ neither fits (online needs two GPU sets, and room for its cache bound) it refuse
 
 from __future__ import annotations
 
-import json
 import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from . import managed
+from . import managed, owned
 from .config import PipelineConfig
 from .errors import ConfigError
 from .phases.extract_disk import HEADER_BYTES, Estimate, bytes_per_token, estimate_from_samples, exact_estimate, fmt_bytes
@@ -98,8 +97,8 @@ def offline_estimate(cfg: PipelineConfig) -> Estimate:
 
 def read_prepared_index(cfg: PipelineConfig) -> dict | None:
     try:
-        data = json.loads((cfg.phase_dir("extract") / "prepared_index.json").read_text())
-        return data if isinstance(data.get("seq_len"), list) else None
+        data = owned.read_json(cfg.phase_dir("extract") / "prepared_index.json", what="prepared-data index")
+        return data if isinstance(data, dict) and isinstance(data.get("seq_len"), list) else None
     except (OSError, ValueError, AttributeError):
         return None
 

@@ -22,12 +22,18 @@ from eagle3.process.services import HttpProbe, LaunchSpec, Process, Supervisor
 
 STARTUP_TIMEOUT_S = 240.0  # a cold start (database migrations) takes ~25 s on 2 cores
 STOP_GRACE_S = 10.0
+AUTH_SERVER_ENV, AUTH_CLIENT_ENV = "PREFECT_SERVER_API_AUTH_STRING", "PREFECT_API_AUTH_STRING"
 
 
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def auth_string(sup: Supervisor) -> str:
+    """The run's Prefect auth string ("user:password" of HTTP basic auth), derived from the owner token."""
+    return f"eagle3:{sup.registry.secret('prefect server auth')}"
 
 
 def start_local_server(sup: Supervisor, log_dir: Path) -> tuple[Process, str]:
@@ -37,7 +43,10 @@ def start_local_server(sup: Supervisor, log_dir: Path) -> tuple[Process, str]:
     argv = [sys.executable, "-m", "uvicorn", "--app-dir", str(site),
             "--factory", "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(port),
             "--log-level", "error", "--lifespan", "on"]
-    env = {"PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}
+    # Bound to 127.0.0.1, it is reachable by every local user: it demands the run's own auth string
+    # (HTTP basic), which the pack's clients send (PREFECT_API_AUTH_STRING) and nobody else knows.
+    env = {"PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1",
+           AUTH_SERVER_ENV: auth_string(sup)}
     proc = sup.launch(LaunchSpec(name="prefect-server", argv=argv, log=Path(log_dir) / "prefect-server.log",
                                  phase="run", env=env, stop_grace_s=STOP_GRACE_S, scope="run"))
     url = f"http://127.0.0.1:{port}/api"
@@ -60,6 +69,7 @@ def api_server(sup: Supervisor, log_dir: Path) -> Iterator[str]:
     # The global settings, not a context-local override: Prefect's background threads (log and
     # event shippers) read them, and without an API URL they would start a server of their own.
     os.environ["PREFECT_API_URL"] = url
+    os.environ[AUTH_CLIENT_ENV] = auth_string(sup)  # the workers and subprocesses it starts inherit it
     refresh_global_settings_context()
     try:
         yield url
@@ -68,5 +78,6 @@ def api_server(sup: Supervisor, log_dir: Path) -> Iterator[str]:
 
         APILogHandler().flush()  # the run's last log records, while the server still answers
         os.environ.pop("PREFECT_API_URL", None)
+        os.environ.pop(AUTH_CLIENT_ENV, None)
         refresh_global_settings_context()
         proc.stop()

@@ -156,6 +156,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+# The shared server demands a key like every server the pack starts; tests that use it as an
+# external server (--base-url) configure this one, as a user configures their server's key.
+SHARED_SERVER_KEY = f"sk-eagle3-tests-{os.urandom(8).hex()}"
+
+
 @dataclass
 class RunningServer:
     base_url: str
@@ -164,6 +169,11 @@ class RunningServer:
     supervisor: "Supervisor"
     startup_s: float
     group: list = field(default_factory=list)  # ProcInfo of the server's process group once ready
+    key: str = SHARED_SERVER_KEY
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.key}"}
 
 
 @pytest.fixture(scope="session")
@@ -176,7 +186,8 @@ def vllm_server(tiny_model, tmp_path_factory):
     from eagle3.engines.serving import base_url, start_server
     from eagle3.process.services import Supervisor, state_dir_for
 
-    cfg = write_tiny_config(tmp_path_factory.mktemp("vllm-server"), {"datagen": {"server": {"port": free_port()}}})
+    cfg = write_tiny_config(tmp_path_factory.mktemp("vllm-server"),
+                            {"datagen": {"server": {"port": free_port(), "api_key": SHARED_SERVER_KEY}}})
     sup = Supervisor(state_dir_for(cfg.run_dir))
     t0 = time.monotonic()
     proc = start_server(sup, cfg, "datagen", "vllm", cfg.datagen.server)

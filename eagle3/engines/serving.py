@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
 from ..appendlog import AppendLog
 from ..process import procfs
 from .. import progress
 from ..config import PipelineConfig, Server
 from ..errors import PipelineError
-from ..process.services import LaunchSpec, Process, Supervisor
+from ..process.services import LaunchSpec, Process, Registry, Supervisor
 from . import sglang, vllm
 
 ADAPTERS = {"vllm": vllm, "sglang": sglang}
@@ -29,7 +31,7 @@ def start_server(sup: Supervisor, cfg: PipelineConfig, phase: str, engine: str, 
     if busy:
         raise PortBusy(f"{phase}: port {server.port} ({server.host}) is already in use ({busy[server.port]}) before "
                        f"the {engine} server started; stop whatever listens there or change {phase}.server.port")
-    key = server.key(f"{phase}.server")  # an unset api_key_env fails here, naming the field
+    key = api_key(cfg, server, f"{phase}.server")  # an unset api_key_env fails here, naming the field
     adapter = ADAPTERS[engine]
     engine_env = getattr(cfg.engines, engine)
     log = cfg.phase_dir(phase) / "logs" / f"{engine}-server.log"
@@ -39,11 +41,11 @@ def start_server(sup: Supervisor, cfg: PipelineConfig, phase: str, engine: str, 
                                 if served_name else cfg.target, server, extra_args),
         log=log,
         phase=phase,
-        env={**engine_env.env, **adapter.serve_env(server), **(env or {})},
+        env={**engine_env.env, **adapter.serve_env(key), **(env or {})},
         gpus=list(cfg.gpus if gpus is None else gpus),
         stop_grace_s=server.stop_grace_s,
         hang_timeout_s=server.hang_timeout_s,
-        secrets=[key] if key else [],
+        secrets=[key],
     )
     proc = sup.launch(spec)
     what = f"waiting for {engine} server readiness (PID {proc.pid}, port {server.port}, budget {server.startup_timeout_s:.0f} s)"
@@ -80,3 +82,24 @@ class OwnListener:
 
 def base_url(server: Server) -> str:
     return f"http://{server.host}:{server.port}"
+
+
+KEY_PURPOSE = "server api key"
+CLIENT_AUTH_DIR = Path(__file__).resolve().parent.parent / "engine_side" / "client_auth"
+CLIENT_KEY_ENV, CLIENT_ORIGIN_ENV = "EAGLE3_SERVER_API_KEY", "EAGLE3_SERVER_ORIGIN"
+
+
+def api_key(cfg: PipelineConfig, server: Server, where: str) -> str:
+    """The key every server the pack starts demands: the configured one, else the run's own
+    (derived from the run's owner token, so only the user can know it, and the same on every
+    resume). Another local user's request without it gets 401."""
+    return server.key(where) or Registry(cfg.layout.state).secret(KEY_PURPOSE)
+
+
+def client_env(cfg: PipelineConfig, server: Server, where: str, base: dict[str, str]) -> dict[str, str]:
+    """Environment for a speculators client of the pack's own server (prepare-data, generate-
+    offline-data, the online trainer): they send the fixed key "EMPTY", so the engine-side
+    sitecustomize in CLIENT_AUTH_DIR puts the run's key on their requests to that server alone."""
+    path = [str(CLIENT_AUTH_DIR), *filter(None, [base.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))])]
+    return {"PYTHONPATH": os.pathsep.join(path), CLIENT_KEY_ENV: api_key(cfg, server, where),
+            CLIENT_ORIGIN_ENV: base_url(server)}

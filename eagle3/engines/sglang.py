@@ -9,10 +9,12 @@ from ..config import EngineEnv, Server, Target
 from ..process.services import HttpProbe, LogProbe, Probe
 
 READY_LINE = r"The server is fired up and ready to roll!"
+LAUNCHER = Path(__file__).resolve().parent.parent / "engine_side" / "sglang_serve.py"
+KEY_ENV = "EAGLE3_SERVER_API_KEY"
 
 
 def serve_argv(env: EngineEnv, target: Target, server: Server, extra: list[str] = ()) -> list[str]:
-    argv = [*env.python_argv(), "-m", "sglang.launch_server",
+    argv = [*env.python_argv(), str(LAUNCHER),
             "--model-path", str(target.model),
             "--served-model-name", target.served_name,
             "--host", server.host, "--port", str(server.port),
@@ -21,15 +23,12 @@ def serve_argv(env: EngineEnv, target: Target, server: Server, extra: list[str] 
             "--tp-size", str(target.tensor_parallel_size)]
     if target.trust_remote_code:
         argv.append("--trust-remote-code")
-    key = server.key()
-    if key:
-        # SGLang has no environment variable for the key; it is masked in the registry and logs.
-        argv += ["--api-key", key]
     return argv + list(extra) + list(server.extra_args)
 
 
-def serve_env(server: Server) -> dict[str, str]:
-    return {}
+def serve_env(key: str) -> dict[str, str]:
+    # SGLang reads its key only from --api-key; the launcher appends it after exec (see there).
+    return {KEY_ENV: key}
 
 
 def readiness(server: Server, log: Path) -> list[Probe]:

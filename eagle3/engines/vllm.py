@@ -20,10 +20,9 @@ def serve_argv(env: EngineEnv, target: Target, server: Server, extra: list[str] 
     return argv + list(extra) + list(server.extra_args)
 
 
-def serve_env(server: Server) -> dict[str, str]:
-    # The key goes through the environment, never argv: argv is visible in `ps` and in the registry.
-    key = server.key()
-    return {"VLLM_API_KEY": key} if key else {}
+def serve_env(key: str) -> dict[str, str]:
+    # The key goes through the environment, never argv: argv is visible in `ps` to every user.
+    return {"VLLM_API_KEY": key}
 
 
 def readiness(server: Server, log: Path) -> list[Probe]:

@@ -4,7 +4,7 @@ Holders are the union of NVML's process lists and a /proc scan for open or mappe
 files (/dev/nvidiaN of the GPUs in question; /dev/nvidiactl alone is not a GPU: every NVML
 reader, this process included, opens it). Each holder is classified:
   owned      - started by this pipeline: carries the run's owner token, or is a member of a
-               registry group that is provably still ours (leader PID + start time);
+               registry group whose live leader is provably still ours (PID + start time + token);
   protected  - never signalled: PID 1, this process and its ancestors (the orchestrator),
                and configured system daemons (persistence daemon, fabric manager, DCGM, ...);
   observer   - not owned or protected, holds a GPU's device file but is on no NVML process list
@@ -26,7 +26,7 @@ from typing import Iterable
 
 from ..process import procfs
 from .gpus import GpuState
-from ..process.services import OWNER_ENV, Entry
+from ..process.services import OWNER_ENV, Entry, proof
 
 COMM_LEN = 15  # the kernel truncates comm to 15 characters
 OBSERVER_WHY = "no GPU context: holds the device file, on no NVML process list of any GPU (a monitor or NVML reader)"
@@ -63,7 +63,7 @@ class Ownership:
     """Everything needed to decide whose a process is, captured once per handoff."""
 
     token: str | None
-    groups: set[int]  # pgids of registry entries whose leader is alive and verified, or gone
+    groups: set[int]  # pgids of registry entries whose live leader is proven ours (start ticks + owner token)
     protected_names: set[str]
     protected_pids: set[int]
     run_service_groups: set[int] = field(default_factory=set)  # pgids of a live run's own services
@@ -73,9 +73,10 @@ class Ownership:
               self_pid: int | None = None) -> "Ownership":
         groups, run_services = set(), set()
         for e in entries:
-            # A group whose leader PID now belongs to someone else is no longer ours: with no
-            # member left, the kernel may hand its number to a new group.
-            if e.is_leader_alive_and_ours() is not False:
+            # Only a group whose live leader proves it ours (start ticks and the owner token): a
+            # registry names PIDs that anyone can read in /proc. Members of a group whose leader is
+            # gone are ours only by the token they carry.
+            if token and proof(e, token) == "ours":
                 (run_services if e.serves_a_live_run() else groups).add(e.pgid)
         me = os.getpid() if self_pid is None else self_pid
         return cls(token=token, groups=groups, protected_names=set(protected_names),

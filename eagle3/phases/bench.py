@@ -51,10 +51,10 @@ from ..engines import benchclient, loadgen
 from ..engines.drafter_formats import PROVENANCE
 from ..engines.drafters import drafter_aux_ids
 from ..engines.metrics import SpecCounters, Traffic, acceptance, engine_version, scrape_vllm_all, sglang_accept_length
-from ..engines.serving import base_url, start_server
+from ..engines.serving import api_key, base_url, start_server
 from ..engines.speculative import acceptance_source, spec_args
 from ..errors import CommandFailed, ConfigError, GateError, TransientError
-from ..fsio import atomic_write_json, read_json
+from ..fsio import atomic_write_json, read_input_json, read_json
 from ..layout import RunLayout
 from ..openai_client import OpenAIClient, RetryPolicy
 from ..progress import PhaseProgress
@@ -105,7 +105,7 @@ def resolve_drafter(cfg: PipelineConfig) -> dict:
         return {"path": str(b.drafter), "trained": b.drafter_trained, "source": "bench.drafter (config)",
                 "status": "TRAINED (as declared by bench.drafter_trained)" if b.drafter_trained else "UNTRAINED",
                 "aux_layer_ids": drafter_aux_ids(b.drafter), "aux_layer_ids_convention": None,
-                "train_manifest": None, "data": (read_json(b.drafter / PROVENANCE) or {}).get("data")}
+                "train_manifest": None, "data": (read_input_json(b.drafter / PROVENANCE) or {}).get("data")}
     from .train import TrainPaths, read_train_manifest
 
     m = read_train_manifest(cfg)
@@ -199,7 +199,7 @@ def held_out_prompts(cfg: PipelineConfig) -> dict:
 # ---- one server ----------------------------------------------------------------------------------
 
 def _headers(cfg: PipelineConfig) -> dict[str, str]:
-    key = cfg.bench.server.key("bench.server")
+    key = api_key(cfg, cfg.bench.server, "bench.server")
     return {"Authorization": f"Bearer {key}"} if key else {}
 
 
@@ -234,7 +234,7 @@ def _warmup(cfg: PipelineConfig, url: str, texts: list[str]) -> dict:
     todo = [texts[i % len(texts)] for i in range(b.warmup_prompts)]
     if not todo:
         return {"requests": 0, "seconds": 0.0}
-    key = b.server.key("bench.server")
+    key = api_key(cfg, b.server, "bench.server")
 
     async def go() -> None:
         async with OpenAIClient(url, api_key=key, max_connections=max(b.concurrency),
@@ -260,9 +260,7 @@ def _open_client(cfg: PipelineConfig, sup: Supervisor, paths: BenchPaths, label:
     """The load generator for one server's windows (vLLM: started now, importing while the server starts)."""
     b = cfg.bench
     env = dict(getattr(cfg.engines, b.engine).env)
-    key = b.server.key("bench.server")
-    if key:
-        env["OPENAI_API_KEY"] = key  # both clients read the key from here
+    env["OPENAI_API_KEY"] = api_key(cfg, b.server, "bench.server")  # both clients read the key from here
     return loadgen.open_client(sup, b.engine, getattr(cfg.engines, b.engine), env, f"bench-client-{_slug(label)}",
                                paths.logs, PHASE, b.server.hang_timeout_s)
 

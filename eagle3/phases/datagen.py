@@ -29,7 +29,7 @@ from typing import Any, Callable
 from ..appendlog import AppendLog, recover
 from ..config import PipelineConfig
 from ..engines.serving import base_url as server_url
-from ..engines.serving import start_server
+from ..engines.serving import api_key, start_server
 from ..errors import ConfigError, GateError, TransientError
 from ..fsio import atomic_write_json, read_json
 from ..openai_client import (EndpointConfigError, InvalidResponse, OpenAIClient, RequestRejected, RetriesExhausted,
@@ -221,7 +221,8 @@ async def _generate(cfg: PipelineConfig, url: str, todo: list[Prompt], done_befo
                     progress: _Progress, proc: Process | None, on_connected: Callable[[list[str]], None],
                     stats: _Stats) -> None:
     d = cfg.datagen
-    key = d.server.key("datagen.server")
+    # The pack's own server demands the run's key; a server given by --base-url, only what is configured.
+    key = d.server.key("datagen.server") if proc is None else api_key(cfg, d.server, "datagen.server")
     breaker = max(4, d.concurrency)  # this many failed prompts in a row: the endpoint, not the prompts, is broken
     client = OpenAIClient(url, api_key=key, connect_timeout_s=d.connect_timeout_s, read_timeout_s=d.request_timeout_s,
                           max_connections=d.concurrency, retry=RetryPolicy(max_retries=d.max_retries),

@@ -41,7 +41,7 @@ from ..config import PipelineConfig
 from ..engines import hidden_states as hs_server
 from ..engines import speculators as spec_cli
 from ..engines.probe import vllm_accepts
-from ..engines.serving import base_url, start_server
+from ..engines.serving import base_url, client_env, start_server
 from ..errors import ConfigError, GateError, PipelineError, TransientError
 from ..fsio import atomic_write_json, read_json
 from ..progress import PhaseProgress
@@ -184,9 +184,13 @@ def _spec_env(cfg: PipelineConfig) -> dict[str, str]:
     return {**cfg.engines.speculators.env, "CUDA_VISIBLE_DEVICES": ""}
 
 
-def _command(cfg: PipelineConfig, paths: ExtractPaths, name: str, argv: list[str]) -> LaunchSpec:
+def _command(cfg: PipelineConfig, paths: ExtractPaths, name: str, argv: list[str], client: bool = False) -> LaunchSpec:
+    """`client`: the command talks to the phase's extraction server (and needs the run's key)."""
+    env = _spec_env(cfg)
+    if client:
+        env |= client_env(cfg, cfg.extract.server, "extract.server", env)
     return LaunchSpec(name=f"extract-{name}", argv=argv, log=paths.logs / f"{name}.log", phase=PHASE,
-                      env=_spec_env(cfg), stop_grace_s=cfg.extract.server.stop_grace_s,
+                      env=env, stop_grace_s=cfg.extract.server.stop_grace_s,
                       hang_timeout_s=cfg.extract.server.hang_timeout_s)
 
 
@@ -221,7 +225,7 @@ def _prepare(cfg: PipelineConfig, sup: Supervisor, server: Process, paths: Extra
                                       cfg.extract.seq_length, base_url(cfg.extract.server), workers=workers,
                                       trust_remote_code=cfg.target.trust_remote_code)
     progress.step(PHASE, f"speculators prepare-data: tokenising {samples.name} through the server's render endpoint")
-    _run_against(sup, server, _command(cfg, paths, "prepare-data", argv))
+    _run_against(sup, server, _command(cfg, paths, "prepare-data", argv, client=True))
     if not any(paths.prepared_partial.glob("*.arrow")):
         raise GateError(f"speculators prepare-data wrote no dataset to {paths.prepared_partial} "
                         f"(see {paths.logs / 'prepare-data.log'})")
@@ -236,7 +240,7 @@ def _index(cfg: PipelineConfig, sup: Supervisor, paths: ExtractPaths) -> Prepare
         progress.step(PHASE, "indexing the prepared data")
         sup.run(_command(cfg, paths, "index-prepared", argv))
     try:
-        return PreparedIndex.from_dict(json.loads(paths.index.read_text()))
+        return PreparedIndex.from_dict(read_json(paths.index) or {})
     except (OSError, ValueError, KeyError) as e:
         paths.index.unlink(missing_ok=True)
         raise TransientError(f"{paths.index}: unreadable index of the prepared data ({e}); a rerun rebuilds it") from None
@@ -295,7 +299,7 @@ def _generate(cfg: PipelineConfig, sup: Supervisor, server: Process, paths: Extr
                                                served_name=cfg.target.served_name)
     report.step(f"speculators generate-offline-data: writing hidden states (concurrency {cfg.extract.concurrency})")
     with _ProgressWatcher(paths.hidden_states, total, report, expected_bytes):
-        _run_against(sup, server, _command(cfg, paths, "generate-offline-data", argv))
+        _run_against(sup, server, _command(cfg, paths, "generate-offline-data", argv, client=True))
 
 
 def _raise_if_disk_full(paths: ExtractPaths, exact, err: Exception) -> None:

@@ -35,6 +35,7 @@ from ..checkpoints import GateReport, check_drafter, needs_export
 from ..config import PipelineConfig
 from ..drafter_export import export_drafter
 from ..engines import trainer_compat
+from ..engines.serving import client_env
 from ..engines.drafter_formats import ENGINE_CONVENTION, LAYER_INPUT, PROVENANCE
 from ..engines.speculators import train_argv
 from ..errors import CommandFailed, ConfigError, GateError, PipelineError, TransientError
@@ -124,10 +125,13 @@ def build_argv(cfg: PipelineConfig, ext: ExtractManifest, save_path: Path, dry_r
 
 
 def _launch(cfg: PipelineConfig, sup: Supervisor, argv: list[str], paths: TrainPaths, prog: PhaseProgress,
-            gpus: list[int] | None = None) -> None:
-    env = cfg.engines.speculators
+            gpus: list[int] | None = None, online: bool = False) -> None:
+    """`online`: the trainer asks the extraction server for hidden states (and needs the run's key)."""
+    env = {**cfg.engines.speculators.env, "COLUMNS": "240"}  # rich wraps the trainer's log at the terminal width
+    if online:
+        env |= client_env(cfg, cfg.extract.server, "extract.server", env)
     spec = LaunchSpec(name="train-speculators", argv=argv, log=paths.log, phase=PHASE,
-                      env={**env.env, "COLUMNS": "240"},  # rich wraps the trainer's log at the terminal width
+                      env=env,
                       cwd=paths.dir, gpus=list(cfg.gpus if gpus is None else gpus), stop_grace_s=cfg.train.stop_grace_s,
                       hang_timeout_s=cfg.train.hang_timeout_s,
                       progress_paths=[paths.dir])  # checkpoints written count as progress, not only log lines
@@ -143,7 +147,7 @@ def _dry_run(cfg: PipelineConfig, sup: Supervisor, ext: ExtractManifest, paths: 
     prog.step("speculators train --dry-run (no accelerator): writing an initialised, UNTRAINED checkpoint")
     try:
         _launch(cfg, sup, build_argv(cfg, ext, staging, dry_run=True, kernel_flags=kernel), paths, prog,
-                trainer_gpus(cfg, ext))
+                trainer_gpus(cfg, ext), online=ext.mode == "online")
         if not (staging / "config.json").is_file() or not (staging / "model.safetensors").is_file():
             raise PipelineError(f"speculators train --dry-run exited 0 without writing config.json and "
                                 f"model.safetensors into {staging}; see {paths.log}")
@@ -169,7 +173,8 @@ def _train(cfg: PipelineConfig, sup: Supervisor, ext: ExtractManifest, paths: Tr
         prog.step(f"speculators train: {cfg.train.epochs} epoch(s) on {max(1, len(cfg.gpus))} process(es)"
                   + (f", resuming from {plan.latest.path}" if plan.latest else ""))
         try:
-            _launch(cfg, sup, build_argv(cfg, ext, save, dry_run=False, kernel_flags=kernel), paths, prog, trainer_gpus(cfg, ext))
+            _launch(cfg, sup, build_argv(cfg, ext, save, dry_run=False, kernel_flags=kernel), paths, prog,
+                    trainer_gpus(cfg, ext), online=ext.mode == "online")
         except CommandFailed as e:
             if (save / INTERRUPTED).is_dir():
                 raise TrainingStopped(f"training was stopped (exit code {e.returncode}); its interrupt checkpoint "

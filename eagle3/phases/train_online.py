@@ -27,7 +27,7 @@ from typing import Iterator
 from .. import hs_mode, progress
 from ..config import PipelineConfig
 from ..engines import hidden_states as hs_server
-from ..engines.serving import base_url, start_server
+from ..engines.serving import base_url, client_env, start_server
 from ..errors import GateError, PipelineError
 from ..fsio import atomic_write_json
 from ..process.services import LaunchSpec, Process, Supervisor
@@ -178,7 +178,8 @@ def fetch_check(cfg: PipelineConfig, sup: Supervisor, ext: ExtractManifest, out:
             "--model", served_name(cfg), "--out", str(out), "--max-len", str(cfg.train.total_seq_len)]
     progress.step(PHASE, f"speculators' on-demand data path: fetching {ext.num_samples} samples from the server")
     spec = LaunchSpec(name="train-online-fetch", argv=argv, log=log_path, phase=PHASE,
-                      env={**cfg.engines.speculators.env, "CUDA_VISIBLE_DEVICES": ""},
+                      env={**cfg.engines.speculators.env, "CUDA_VISIBLE_DEVICES": ""}
+                      | client_env(cfg, cfg.extract.server, "extract.server", cfg.engines.speculators.env),
                       stop_grace_s=cfg.train.stop_grace_s, hang_timeout_s=cfg.train.hang_timeout_s)
     sup.run(spec)
     return json.loads(out.read_text())

@@ -10,6 +10,11 @@ holder's file is closed, including by `kill -9`, so nothing is ever stuck on a s
 F_OFD_GETLK lets `eagle3 status` ask whether a lease is held without taking it. The holder writes
 who it is into the lock file (PID, start ticks, command, run dir, GPUs) for the refusal message.
 
+Nothing another user can write decides what is locked or overwritten: the lock dir is never a link
+or another non-root user's (`ensure_lock_dir`), each user locks GPU lease files of their own
+(created exclusively, never through a link, verified after opening), and another user's lease
+file is only ever opened read-only, to see whether it is locked and by whom.
+
 Leases are re-entrant within one process: `eagle3 run` takes them, and the flow it runs in the
 same process takes the same leases again without blocking itself.
 """
@@ -21,37 +26,61 @@ import fcntl
 import json
 import os
 import socket
+import stat
 import struct
 import sys
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from . import procfs
+from .. import owned
 from ..errors import PipelineError
 from ..layout import RunLayout
 
 LOCK_DIR_ENV = "EAGLE3_LOCK_DIR"
 POLL_S = 0.2
+SHARED_LOCK_DIR = Path("/run/lock/eagle3")
+FALLBACK_LOCK_DIR = Path("/tmp/eagle3-locks")
+MAX_HOLDER_BYTES = 1 << 16
+
+
+def _shared_lock_dir() -> Path:
+    return SHARED_LOCK_DIR if SHARED_LOCK_DIR.parent.is_dir() else FALLBACK_LOCK_DIR
 
 
 def node_lock_dir() -> Path:
-    """Where the node-wide GPU leases live: $EAGLE3_LOCK_DIR, else /run/lock/eagle3 (tmpfs, shared
-    by every user of the node), else /tmp/eagle3-locks on systems without /run/lock. Every run on a
-    node must see the same directory, so set EAGLE3_LOCK_DIR node-wide (not per user) if you change it."""
+    """Where the node-wide GPU leases live, and which rule picked it:
+      - $EAGLE3_LOCK_DIR when set (set it node-wide, not per user: every run must see the same one);
+      - as root: /run/lock/eagle3 (tmpfs; /tmp/eagle3-locks without /run/lock), made root-owned 1777
+        so every user's runs can lease GPUs there;
+      - as another user: that shared directory once root has made it (root-owned, sticky), else a
+        per-user /run/lock/eagle3-<uid> (0700): that user's runs then exclude only each other, not
+        other users'. `sudo install -d -m 1777 /run/lock/eagle3` (or any root run) makes the shared one."""
     if os.environ.get(LOCK_DIR_ENV):
         return Path(os.environ[LOCK_DIR_ENV])
-    return Path("/run/lock/eagle3") if Path("/run/lock").is_dir() else Path("/tmp/eagle3-locks")
+    shared = _shared_lock_dir()
+    if os.geteuid() == 0:
+        return shared
+    try:
+        st = os.lstat(shared)
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == 0 and st.st_mode & stat.S_ISVTX:
+            return shared
+    except FileNotFoundError:
+        pass
+    return shared.with_name(f"{shared.name}-{os.geteuid()}")
 
 
 def run_lease_path(run_dir: Path) -> Path:
     return RunLayout(Path(run_dir).resolve()).lease
 
 
-def gpu_lease_path(gpu: int) -> Path:
-    return node_lock_dir() / f"gpu-{int(gpu)}.lease"
+def gpu_lease_path(gpu: int, uid: int | None = None) -> Path:
+    """This user's lease file for `gpu`. Each user locks a file of their own (nobody writes through
+    another user's file); a GPU is held while any user's file for it is locked."""
+    return node_lock_dir() / f"gpu-{int(gpu)}.uid-{os.geteuid() if uid is None else uid}.lease"
 
 
 class LeaseBusy(PipelineError):
@@ -62,6 +91,49 @@ class LeaseBusy(PipelineError):
     def __init__(self, message: str, holder: dict | None):
         super().__init__(message)
         self.holder = holder
+
+
+# ---- the node lock dir -------------------------------------------------------------------------
+
+def _lock_dir_problem(path: Path, st: os.stat_result) -> str | None:
+    if stat.S_ISLNK(st.st_mode):
+        return "is a symbolic link"
+    if not stat.S_ISDIR(st.st_mode):
+        return "is not a directory"
+    if st.st_uid not in (0, os.geteuid()):
+        return f"is owned by {owned.user_name(st.st_uid)}, neither root nor you"
+    if stat.S_IMODE(st.st_mode) & 0o022 and not st.st_mode & stat.S_ISVTX:
+        return "is writable by others without the sticky bit (anyone could replace a lease file)"
+    return None
+
+
+def ensure_lock_dir() -> Path:
+    """The node lock dir, created safely where missing (root: 1777 for every user's runs; others:
+    0700, their own) and refused when it is a link, another user's, or writable without the sticky
+    bit. An existing directory is never chmod-ed."""
+    path = node_lock_dir()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    shared = os.geteuid() == 0 and not os.environ.get(LOCK_DIR_ENV)
+    try:
+        os.mkdir(path, 0o700)
+        created = True
+    except FileExistsError:
+        created = False
+    if created and shared:  # ours, just made: open it without following, prove it, then open it up
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            if os.fstat(fd).st_uid == os.geteuid():
+                os.fchmod(fd, 0o1777)
+        finally:
+            os.close(fd)
+    st = os.lstat(path)
+    why = _lock_dir_problem(path, st)
+    if why:
+        raise owned.NotOwned(
+            f"GPU lock directory {path} ({owned.describe(st)}) {why}; refused before anything was started or "
+            f"stopped. Remove it ({path}) after checking what it is, or point ${LOCK_DIR_ENV} at a directory that is "
+            "root's (mode 1777) or yours.")
+    return path
 
 
 # ---- OFD locks ---------------------------------------------------------------------------------
@@ -81,49 +153,73 @@ def _try_lock(fd: int) -> bool:
         return False
 
 
-def _is_locked(path: Path) -> bool:
+def _unlock(fd: int) -> None:
+    fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _flock_struct(fcntl.F_UNLCK))
+
+
+def _fd_locked(fd: int) -> bool:
+    got = fcntl.fcntl(fd, fcntl.F_OFD_GETLK, _flock_struct(fcntl.F_WRLCK))
+    return struct.unpack(_FLOCK, got)[0] != fcntl.F_UNLCK
+
+
+def _open_for_reading(path: Path, root_ok: bool) -> int | None:
+    """A read-only fd on a lease file that is what it claims: a regular file, no link, owned by the
+    uid its name gives (or, for the run lease, by the user). None for anything else: it is not a
+    lease, it is never written through, and it cannot hold anything."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return False
-    try:
-        got = fcntl.fcntl(fd, fcntl.F_OFD_GETLK, _flock_struct(fcntl.F_WRLCK))
-        return struct.unpack(_FLOCK, got)[0] != fcntl.F_UNLCK
-    finally:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    except OSError:
+        return None
+    st = os.fstat(fd)
+    claimed = _claimed_uid(path)
+    if not stat.S_ISREG(st.st_mode) or (st.st_uid != claimed if claimed is not None else
+                                        owned.problem(st, root_ok=root_ok) is not None):
         os.close(fd)
-
-
-def _open_lock_file(path: Path) -> int:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.parent == node_lock_dir():
-        with contextlib.suppress(PermissionError):  # another user's run must be able to lock here too
-            os.chmod(path.parent, 0o1777)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
-    with contextlib.suppress(PermissionError):
-        os.fchmod(fd, 0o666)
+        return None
     return fd
 
 
-def _read_holder(path: Path) -> dict | None:
+def _claimed_uid(path: Path) -> int | None:
+    tail = Path(path).name.removesuffix(".lease").rpartition(".uid-")[2]
+    return int(tail) if ".uid-" in Path(path).name and tail.isdigit() else None
+
+
+def _holder_from(fd: int) -> dict | None:
     try:
-        text = Path(path).read_text()
-        return json.loads(text) if text.strip() else None
-    except (FileNotFoundError, PermissionError, json.JSONDecodeError):
+        text = os.pread(fd, MAX_HOLDER_BYTES, 0).decode(errors="replace")
+        data = json.loads(text) if text.strip() else None
+        return data if isinstance(data, dict) else None
+    except (OSError, json.JSONDecodeError):
         return None
-
-
-def _write_holder(fd: int, holder: dict) -> None:
-    data = (json.dumps(holder, sort_keys=True) + "\n").encode()
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, data, 0)
-    os.fsync(fd)
 
 
 def holder_at(path: Path) -> dict | None:
     """Who holds the lease at `path` now (None when it is free), without taking it."""
-    if not _is_locked(Path(path)):
+    fd = _open_for_reading(Path(path), root_ok=False)
+    if fd is None:
         return None
-    return _read_holder(path) or {"pid": None, "cmd": "?", "note": "holder has not written its name yet"}
+    try:
+        if not _fd_locked(fd):
+            return None
+        return _holder_from(fd) or {"pid": None, "cmd": "?", "note": "holder has not written its name yet"}
+    finally:
+        os.close(fd)
+
+
+def _gpu_files(gpu: int) -> list[Path]:
+    try:
+        names = os.listdir(node_lock_dir())
+    except OSError:
+        return []
+    return [node_lock_dir() / n for n in sorted(names) if n.startswith(f"gpu-{int(gpu)}.uid-") and n.endswith(".lease")]
+
+
+def gpu_holder(gpu: int, skip: Path | None = None) -> dict | None:
+    """The live run holding `gpu` through any user's lease file, or None."""
+    for path in _gpu_files(gpu):
+        if path != skip and (h := holder_at(path)) is not None:
+            return h
+    return None
 
 
 def lease_holder(run_dir: Path) -> dict | None:
@@ -132,7 +228,7 @@ def lease_holder(run_dir: Path) -> dict | None:
 
 
 def gpu_holders(gpus: list[int]) -> dict[int, dict]:
-    return {g: h for g in gpus if (h := holder_at(gpu_lease_path(g))) is not None}
+    return {g: h for g in gpus if (h := gpu_holder(g)) is not None}
 
 
 def describe(holder: dict | None) -> str:
@@ -162,17 +258,32 @@ def _me(run_dir: Path, gpus: list[int]) -> dict:
             "gpus": list(gpus), "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
 
 
-def _acquire(path: Path, me: dict, wait_s: float, what: str, hint: str) -> None:
+def _write_holder(fd: int, holder: dict) -> None:
+    data = (json.dumps(holder, sort_keys=True) + "\n").encode()
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, data, 0)
+    os.fsync(fd)
+
+
+def _acquire(path: Path, me: dict, wait_s: float, what: str, hint: str,
+             elsewhere: Callable[[], dict | None] = lambda: None) -> None:
+    """Lock the user's own lease file at `path`; `elsewhere()` names a holder of the same thing
+    through another user's file. Lock first, look second: of two runs racing for one GPU through
+    two users' files, at least one sees the other and backs off."""
     key = str(path)
     if key in _held:
         _held[key].count += 1
         return
-    fd = _open_lock_file(path)
+    fd = owned.open_own(path, os.O_RDWR | os.O_CREAT, 0o644, what="lease file", root_ok=False)
     deadline = time.monotonic() + max(0.0, wait_s)
-    while not _try_lock(fd):
+    while True:
+        holder = None if _try_lock(fd) else (_holder_from(fd) or {"pid": None, "cmd": "?"})
+        if holder is None and (holder := elsewhere()) is not None:
+            _unlock(fd)
+        if holder is None:
+            break
         if time.monotonic() >= deadline:
             os.close(fd)
-            holder = _read_holder(path)
             waited = f" (waited {wait_s:.0f} s)" if wait_s > 0 else ""
             raise LeaseBusy(f"{what} is in use by {describe(holder)}{waited}; nothing was started or stopped. "
                             f"{hint}", holder)
@@ -196,7 +307,8 @@ def _release(path: Path) -> None:
 @contextlib.contextmanager
 def hold(run_dir: Path, gpus: list[int] = (), wait_s: float = 0.0) -> Iterator[dict]:
     """Hold the run dir's lease and the leases of `gpus` (in index order, so two runs waiting for
-    overlapping sets cannot deadlock) for the duration of the block. Raises LeaseBusy."""
+    overlapping sets cannot deadlock) for the duration of the block. Raises LeaseBusy, or NotOwned
+    (before anything is locked) when the run dir or the lock dir is not provably the user's."""
     run_dir = Path(run_dir)
     gpus = sorted(set(gpus))
     me = _me(run_dir, gpus)
@@ -204,14 +316,20 @@ def hold(run_dir: Path, gpus: list[int] = (), wait_s: float = 0.0) -> Iterator[d
     taken: list[Path] = []
     try:
         path = run_lease_path(run_dir)
+        if str(path) not in _held:  # the outermost hold of this run dir in this process proves it
+            owned.tighten_umask()
+            owned.check_run_dir(run_dir)
         _acquire(path, me, wait_s, f"run dir {me['run_dir']}",
                  "Wait for that run to end (or pass --wait SECONDS), or use another run_dir.")
         taken.append(path)
+        if gpus:
+            ensure_lock_dir()
         for gpu in gpus:
             path = gpu_lease_path(gpu)
             _acquire(path, me, max(0.0, deadline - time.monotonic()), f"GPU {gpu}",
                      f"Runs on this node must not share GPUs: wait for it (--wait SECONDS) or choose other `gpus`. "
-                     f"(GPU leases live in {node_lock_dir()}; ${LOCK_DIR_ENV} moves them.)")
+                     f"(GPU leases live in {node_lock_dir()}; ${LOCK_DIR_ENV} moves them.)",
+                     elsewhere=lambda gpu=gpu, mine=path: gpu_holder(gpu, skip=mine))
             taken.append(path)
         yield me
     finally:

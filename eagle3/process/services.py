@@ -10,9 +10,12 @@ until nothing of the group is left alive.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
 import os
 import re
+import secrets
 import signal
 import subprocess
 import time
@@ -21,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol
 
-from .. import layout
+from .. import layout, owned
 from . import procfs
 from ..errors import CommandFailed, ServiceExited, ServiceHung, ServiceStartTimeout
 from ..fsio import atomic_write_json, file_lock, read_json, tail
@@ -81,18 +84,30 @@ class Registry:
     """JSON file of owned processes, updated under a lock with atomic replaces."""
 
     def __init__(self, state_dir: Path):
-        self.state_dir = Path(state_dir)
+        self.state_dir = owned.private_dir(state_dir, "state directory")
         self.path = self.state_dir / layout.REGISTRY
         self.lock_path = self.state_dir / layout.REGISTRY_LOCK
         self.token = self._token()
 
     def _token(self) -> str:
+        """The run's secret: processes carrying it in their environment are the run's, and the keys
+        of its servers derive from it, so only the user may read it (0600)."""
         path = self.state_dir / layout.OWNER_TOKEN
         with file_lock(self.lock_path):
-            if not path.exists():
-                self.state_dir.mkdir(parents=True, exist_ok=True)
-                path.write_text(uuid.uuid4().hex)
-            return path.read_text().strip()
+            with owned.opened(path, os.O_RDWR | os.O_CREAT, 0o600, what="owner token") as fd:
+                token = os.read(fd, 4096).decode(errors="replace").strip()
+                if not token:
+                    token = secrets.token_hex(16)
+                    os.write(fd, token.encode())
+                    os.fsync(fd)
+                if os.fstat(fd).st_mode & 0o077:  # written readable by an earlier version
+                    os.fchmod(fd, 0o600)
+            return token
+
+    def secret(self, purpose: str) -> str:
+        """A secret of this run for `purpose` (a server's API key, the Prefect server's auth), derived
+        from the owner token: the same on every resume, known only to who can read the token."""
+        return hmac.new(self.token.encode(), purpose.encode(), hashlib.sha256).hexdigest()
 
     def entries(self) -> list[Entry]:
         return [Entry(**e) for e in read_json(self.path, default=[])]
@@ -135,13 +150,31 @@ class StopOutcome:
         return not self.survivors
 
 
-def _group_is_ours(entry: Entry) -> bool:
-    """The group of a registry entry may be signalled only while it provably is still ours.
+def proof(entry: Entry, token: str) -> str:
+    """What a registry entry read back from disk proves, on its own:
+      "ours"     - its leader is alive, has the recorded start ticks, leads its own group, and
+                   carries this run's owner token in its environment: its group may be signalled;
+      "gone"     - no live leader: only members that carry the token may be signalled, one by one;
+      "reused"   - the leader PID now belongs to a process with another start time;
+      "unproven" - a live process that does not carry the token (PID and start ticks are
+                   world-readable in /proc: anyone who could write the registry could name them).
+    Linux never hands out a PID that is still in use as a process-group id, so while the proven
+    leader lives, its group is the one we started."""
+    alive = entry.is_leader_alive_and_ours()
+    if alive is None:
+        return "gone"
+    if alive is False:
+        return "reused"
+    if entry.pgid == entry.pid and token and procfs.environ_value(entry.pid, OWNER_ENV) == token:
+        return "ours"
+    return "unproven"
 
-    Linux never hands out a PID that is still in use as a process-group id, so while any member
-    of the group lives, the group is the one we started. If the leader's PID now belongs to a
-    process with another start time, our group is gone and that PID is someone else's."""
-    return entry.is_leader_alive_and_ours() is not False
+
+def _skip_note(entry: Entry, verdict: str) -> str:
+    if verdict == "reused":
+        return f"PID {entry.pid} now belongs to another process (start time differs); left alone"
+    return (f"registry entry names PID {entry.pid} which does not carry this run's token: left alone "
+            "(and dropped from the registry)")
 
 
 def _live(pids: list[int]) -> list[int]:
@@ -159,13 +192,24 @@ def _escaped(entry: Entry, token: str) -> list[int]:
     return found
 
 
-def stop_entry(entry: Entry, token: str, grace_s: float, reap: Callable[[], object] | None = None) -> StopOutcome:
+def stop_entry(entry: Entry, token: str, grace_s: float, reap: Callable[[], object] | None = None,
+               own_child: bool = False) -> StopOutcome:
+    """Stop what `entry` names. `own_child`: the caller launched it and holds its Popen (the entry
+    is the one in memory, not one read back from the registry file), which proves it ours."""
     t0 = time.monotonic()
-    group_ours = _group_is_ours(entry)
+    verdict = proof(entry, token)
+    if own_child:
+        group_ours = verdict != "reused"
+    else:
+        group_ours = verdict == "ours"
     escaped = _escaped(entry, token)
-    if not group_ours and not escaped:
-        return StopOutcome(entry.id, entry.name, entry.pgid, [], "skipped", 0.0, [],
-                           note=f"PID {entry.pid} now belongs to another process (start time differs); left alone")
+    if verdict == "gone" and not own_child:
+        escaped += [p.pid for p in procfs.group_members(entry.pgid)
+                    if p.pid not in escaped and procfs.environ_value(p.pid, OWNER_ENV) == token]
+    if not group_ours and not escaped and verdict in ("reused", "unproven"):
+        if verdict == "unproven":
+            log.warning("registry %s: %s", entry.id, _skip_note(entry, verdict))
+        return StopOutcome(entry.id, entry.name, entry.pgid, [], "skipped", 0.0, [], note=_skip_note(entry, verdict))
     members = [{"pid": p.pid, "comm": p.comm} for p in procfs.group_members(entry.pgid)] if group_ours else []
     for pid in escaped:
         info = procfs.read_stat(pid)
@@ -212,8 +256,9 @@ def stop_entry(entry: Entry, token: str, grace_s: float, reap: Callable[[], obje
     stuck = _stuck(left)
     note = "" if not left else ("survived SIGKILL (" + "; ".join(f"PID {t['pid']}: {t['describe']}" for t in stuck)
                                 + "): drain or reboot the node")
-    if not group_ours:
-        note = (f"PID {entry.pid} now belongs to another process (group left alone); "
+    if not group_ours and verdict != "gone":
+        why = "now belongs to another process" if verdict == "reused" else "does not carry this run's token"
+        note = (f"PID {entry.pid} {why} (group left alone); "
                 f"ended processes carrying this service's markers. {note}").strip()
     return StopOutcome(entry.id, entry.name, entry.pgid, members, used, round(time.monotonic() - t0, 3), left, note=note,
                        stuck=stuck)
@@ -453,11 +498,14 @@ class Supervisor:
         if spec.gpus:
             env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
             env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, spec.gpus))
-        with open(spec.log, "ab") as log:
+        log_fd = owned.open_own(spec.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, what="service log")
+        with os.fdopen(log_fd, "ab") as log:
             log.write(f"\n{LAUNCH_MARKER}{spec.name}: {spec.shown_argv()!r}\n".encode())
             log.flush()
+            # umask: what the process writes (outputs, caches, logs in the run dir) is the user's alone.
             popen = subprocess.Popen(spec.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                     env=env, cwd=spec.cwd, start_new_session=True, close_fds=True)
+                                     env=env, cwd=spec.cwd, start_new_session=True, close_fds=True,
+                                     umask=owned.PRIVATE_UMASK)
         # Read while the child is unreaped: even if it already exited, its zombie keeps the PID and stat.
         started = procfs.start_time(popen.pid) or 0.0
         ticks = procfs.start_ticks(popen.pid) or 0
@@ -470,7 +518,7 @@ class Supervisor:
             self.registry.add(entry)
         except BaseException:
             # Unrecorded, it would outlive this run unseen (e.g. the run dir's disk is full): end it now.
-            stop_entry(entry, self.registry.token, spec.stop_grace_s, popen.poll)
+            stop_entry(entry, self.registry.token, spec.stop_grace_s, popen.poll, own_child=True)
             raise
         proc = Process(self, spec, popen, entry)
         self._live[sid] = proc
@@ -493,8 +541,11 @@ class Supervisor:
             if entry.serves_a_live_run() and not include_live_run_services:
                 continue
             live = self._live.pop(entry.id, None)
-            reap = live.popen.poll if live else None
-            outcome = stop_entry(entry, self.registry.token, entry.grace(default_grace_s), reap)
+            if live is not None:  # our own child: the entry in memory, not the file's
+                outcome = stop_entry(live.entry, self.registry.token, live.entry.grace(default_grace_s),
+                                     live.popen.poll, own_child=True)
+            else:
+                outcome = stop_entry(entry, self.registry.token, entry.grace(default_grace_s))
             if outcome.clean:
                 self.registry.remove(entry.id)
             outcomes.append(outcome)
@@ -580,7 +631,7 @@ class Process:
     def stop(self, grace_s: float | None = None) -> StopOutcome:
         if self.outcome is None or not self.outcome.clean:
             grace = self.spec.stop_grace_s if grace_s is None else grace_s
-            self.outcome = stop_entry(self.entry, self.sup.registry.token, grace, self.popen.poll)
+            self.outcome = stop_entry(self.entry, self.sup.registry.token, grace, self.popen.poll, own_child=True)
             if self.outcome.clean:
                 self.sup.registry.remove(self.entry.id)
                 self.sup._forget(self.entry.id)

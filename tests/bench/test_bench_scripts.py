@@ -5,6 +5,7 @@ phases began returning a PhaseSummary (issue 22)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -19,7 +20,8 @@ def test_datagen_client_vs_vllm_bench_smoke(vllm_server, tmp_path):
     out = tmp_path / "datagen-bench.json"
     res = subprocess.run([sys.executable, str(REPO / "bench" / "datagen_vs_vllm_bench.py"), "--smoke",
                           "--base-url", vllm_server.base_url, "--json", str(out)],
-                         capture_output=True, text=True, timeout=500, cwd=REPO)
+                         capture_output=True, text=True, timeout=500, cwd=REPO,
+                         env={**os.environ, "OPENAI_API_KEY": vllm_server.key})
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
     data = json.loads(out.read_text())
     [row] = data["rounds"]

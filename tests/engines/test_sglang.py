@@ -14,7 +14,7 @@ import pytest
 from eagle3.process import procfs
 from eagle3.config import EngineEnv, Server, Target
 from eagle3.engines import sglang
-from eagle3.engines.serving import start_server
+from eagle3.engines.serving import api_key, start_server
 from eagle3.errors import ServiceStartTimeout
 from eagle3.process.services import LAUNCH_MARKER, Supervisor, state_dir_for
 
@@ -35,18 +35,20 @@ def test_serve_argv_has_documented_flags_and_passes_speculative_flags_through():
                     tensor_parallel_size=2, trust_remote_code=True)
     server = Server(port=30000, extra_args=["--mem-fraction-static", "0.8"], api_key="s3cret")
     argv = sglang.serve_argv(EngineEnv(python=Path("/envs/sgl/bin/python")), target, server, SPEC_FLAGS)
-    assert argv[:3] == ["/envs/sgl/bin/python", "-m", "sglang.launch_server"]
+    # The launcher runs `-m sglang.launch_server` and appends the key from the environment after exec.
+    assert argv[:2] == ["/envs/sgl/bin/python", str(sglang.LAUNCHER)]
     assert flag(argv, "--model-path") == "/models/t"
     assert flag(argv, "--served-model-name") == "tgt"
     assert (flag(argv, "--host"), flag(argv, "--port")) == ("127.0.0.1", "30000")
     assert flag(argv, "--context-length") == "2048" and flag(argv, "--tp-size") == "2"
     assert flag(argv, "--dtype") == "bfloat16" and "--trust-remote-code" in argv
-    assert flag(argv, "--api-key") == "s3cret"
+    assert "--api-key" not in argv and "s3cret" not in argv
+    assert sglang.serve_env("s3cret") == {sglang.KEY_ENV: "s3cret"}
     # Phase flags pass through verbatim, in order, and the server's own extra args come last.
     assert argv[-len(SPEC_FLAGS) - 2:] == SPEC_FLAGS + ["--mem-fraction-static", "0.8"]
     # A command prefix (conda run ...) replaces the interpreter and still runs the module.
     prefixed = sglang.serve_argv(EngineEnv(command_prefix=["conda", "run", "-n", "sgl"]), target, Server(port=1))
-    assert prefixed[:6] == ["conda", "run", "-n", "sgl", "python", "-m"]
+    assert prefixed[:6] == ["conda", "run", "-n", "sgl", "python", str(sglang.LAUNCHER)]
 
 
 def fake_config(make_config, health_after: float, ready_after: float, timeout_s: float = 20):
@@ -72,6 +74,12 @@ def test_ready_only_when_health_is_200_and_the_log_says_so(make_config, health_a
         base = f"http://127.0.0.1:{cfg.datagen.server.port}"
         assert httpx.get(f"{base}/health", timeout=2).status_code == 200
         assert sglang.READY_LINE in proc.log_tail()
+        # The run's own key: demanded, and on no command line any local user can read.
+        key = api_key(cfg, cfg.datagen.server, "datagen.server")
+        assert httpx.get(f"{base}/v1/models", timeout=2).status_code == 401
+        assert httpx.get(f"{base}/v1/models", timeout=2, headers={"Authorization": f"Bearer {key}"}).status_code == 200
+        assert all(key not in " ".join(procfs.cmdline(p.pid)) for p in procfs.group_members(proc.entry.pgid))
+        assert key not in proc.log_tail()
     finally:
         proc.stop()
     assert procfs.group_members(proc.entry.pgid) == []

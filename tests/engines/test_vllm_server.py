@@ -15,7 +15,7 @@ SERVED = "tiny-llama"
 
 
 def chat(server, content: str, max_tokens: int = 16) -> dict:
-    r = httpx.post(f"{server.base_url}/v1/chat/completions", timeout=60, json={
+    r = httpx.post(f"{server.base_url}/v1/chat/completions", timeout=60, headers=server.headers, json={
         "model": SERVED, "messages": [{"role": "user", "content": content}],
         "max_tokens": max_tokens, "temperature": 0})
     assert r.status_code == 200, r.text
@@ -41,7 +41,8 @@ def test_server_tree_is_one_supervised_group(vllm_server):
 
 
 def test_models_lists_the_served_name(vllm_server):
-    r = httpx.get(f"{vllm_server.base_url}/v1/models", timeout=10)
+    assert httpx.get(f"{vllm_server.base_url}/v1/models", timeout=10).status_code == 401  # the key is demanded
+    r = httpx.get(f"{vllm_server.base_url}/v1/models", timeout=10, headers=vllm_server.headers)
     assert r.status_code == 200
     assert [m["id"] for m in r.json()["data"]] == [SERVED]
 

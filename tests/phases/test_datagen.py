@@ -20,9 +20,27 @@ from eagle3.errors import ConfigError, GateError
 from eagle3.phases import phase_lock
 from eagle3.phases.datagen import DatagenPaths, run_datagen
 from eagle3.prompts import load_prompts
+from tests.conftest import SHARED_SERVER_KEY, _merge
+
+
+def _merged(base: dict, over: dict) -> dict:
+    _merge(base, over)
+    return base
 
 REPO = Path(__file__).resolve().parents[2]
 ENGINE_PYTHON = REPO / ".venv-engine" / "bin" / "python"
+
+
+@pytest.fixture
+def make_config(make_config):
+    """The tiny config, keyed for the session's shared server (these tests use it as an external
+    server, --base-url, whose key the config names like a user's would)."""
+
+    def _make(overrides: dict | None = None, *args, **kwargs):
+        keyed = {"datagen": {"server": {"api_key": SHARED_SERVER_KEY}}}
+        return make_config(_merged(keyed, overrides or {}), *args, **kwargs)
+
+    return _make
 
 
 def rows(path: Path) -> list[dict]:

@@ -8,6 +8,7 @@ The shell test walks the config schema, so a string field added later must be cl
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import types
 import typing
@@ -21,7 +22,7 @@ from pydantic import BaseModel, SecretStr, ValidationError
 from eagle3.process import procfs
 from eagle3.config import PipelineConfig, Server, load_config
 from eagle3.engines import benchclient, sglang, speculative, speculators, vllm
-from eagle3.engines.serving import base_url
+from eagle3.engines.serving import KEY_PURPOSE, api_key, base_url
 from eagle3.errors import ConfigError
 from eagle3.process.services import LaunchSpec, Supervisor, state_dir_for
 from tests.conftest import TINY_CONFIG, free_port, requires_engine, tiny_raw_config
@@ -210,14 +211,15 @@ def test_every_config_string_reaches_the_engines_as_one_literal_argument(tmp_pat
     assert texts["datagen.server.extra_args[]"] in joined["vllm-datagen"].split("\0")
     assert texts["train.extra_args[]"] in joined["train"].split("\0")
     assert texts["engines.sglang.command_prefix[]"] in joined["sglang-bench"].split("\0")
-    assert texts["bench.server.api_key"] in joined["sglang-bench"].split("\0")  # SGLang takes it as a flag
+    # SGLang takes its key only as a flag: its launcher appends it after exec, from the environment.
+    assert not any(texts["bench.server.api_key"] in j for j in joined.values()), "a key reached an argv"
     assert p["datagen.request_extra{}"] not in "".join(joined.values()), "request_extra is request JSON, not argv"
 
     # Launch a stand-in engine with each argv through the Supervisor (the pack's only launcher).
     sup = Supervisor(state_dir_for(tmp_path / "launch-state"))
     for name, (engine, argv, server) in argvs.items():
         adapter = sglang if name.startswith("sglang") else vllm
-        extra_env = adapter.serve_env(server) if server else {}  # as start_server does (vLLM: the key)
+        extra_env = adapter.serve_env(server.key()) if server else {}  # as start_server does (the key)
         spec = LaunchSpec(name=name, argv=argv, log=tmp_path / "logs" / f"{name}.log", env={**engine.env, **extra_env},
                           secrets=[server.api_key.get_secret_value()] if server and server.api_key else [])
         assert sup.run(spec, timeout_s=60) == 0, spec.log.read_text()[-2000:]
@@ -226,6 +228,7 @@ def test_every_config_string_reaches_the_engines_as_one_literal_argument(tmp_pat
     by_name = dict(zip(argvs, got))
     assert by_name["vllm-datagen"]["env"]["STANDIN_PAYLOAD"] == p["engines.vllm.env{}"]
     assert by_name["vllm-datagen"]["env"]["VLLM_API_KEY"] == header_safe(p["datagen.server.api_key"])
+    assert by_name["sglang-bench"]["env"][sglang.KEY_ENV] == texts["bench.server.api_key"]
     assert by_name["train"]["env"]["STANDIN_PAYLOAD"] == p["engines.speculators.env{}"]
     assert sorted(markers.iterdir()) == [], "a shell ran a payload"
     assert sup.registry.entries() == []
@@ -277,10 +280,11 @@ def test_real_vllm_server_listens_on_loopback_only(vllm_server):
 @pytest.mark.slow
 @pytest.mark.engine
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("source", ["config", "env"])
+@pytest.mark.parametrize("source", ["config", "env", "run"])
 def test_api_key_is_enforced_and_never_written_under_run_dir(tiny_model, make_config, monkeypatch, source):
-    """The datagen phase starts its own vLLM server with the key (from datagen.server.api_key, or
-    from the environment variable datagen.server.api_key_env names) and generates with it; while it
+    """The datagen phase starts its own vLLM server with the key (from datagen.server.api_key, from
+    the environment variable datagen.server.api_key_env names, or, with neither, the run's own key
+    derived from its owner token) and generates with it; while it
     runs, requests without the key or with a wrong one get 401, and the key is in no argv.
     Afterwards no file under run_dir (server log, registry, manifest, samples, summary) holds it.
     (The Prefect Secret block source: tests/flows/test_operator_view.py.)"""
@@ -292,10 +296,14 @@ def test_api_key_is_enforced_and_never_written_under_run_dir(tiny_model, make_co
     key = f"sk-eagle3-{uuid.uuid4().hex}"
     if source == "env":
         monkeypatch.setenv("EAGLE3_TEST_DATAGEN_KEY", key)
-    key_fields = {"api_key": key} if source == "config" else {"api_key_env": "EAGLE3_TEST_DATAGEN_KEY"}
+    key_fields = {"config": {"api_key": key}, "env": {"api_key_env": "EAGLE3_TEST_DATAGEN_KEY"}, "run": {}}[source]
     cfg = make_config({"datagen": {"max_samples": 4, "concurrency": 2, "sampling": {"max_tokens": 8},
                                    "server": {"port": free_port(), **key_fields}}})
     sup = supervisor(cfg)
+    if source == "run":
+        key = api_key(cfg, cfg.datagen.server, "datagen.server")
+        assert key == sup.registry.secret(KEY_PURPOSE) and len(key) == 64
+        assert oct(os.stat(state_dir_for(cfg.run_dir) / "owner-token").st_mode & 0o777) == "0o600"
     url = base_url(cfg.datagen.server)
     seen: dict = {}
 

@@ -43,7 +43,9 @@ def main() -> None:
             if self.path == "/health":
                 code = 200 if time.monotonic() - t0 >= health_after else 503
             elif self.path == "/v1/models":  # like SGLang: 200 long before the server can serve
-                code = 200
+                # Like SGLang's API-key middleware: every route but /health and /metrics wants the key.
+                key_ok = not args.api_key or self.headers.get("Authorization") == f"Bearer {args.api_key}"
+                code = 200 if key_ok else 401
             else:
                 code = 404
             self.reply(code, {"model": args.served_model_name})
