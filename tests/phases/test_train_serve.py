@@ -12,6 +12,7 @@ serves phase 1's requests, so no separate data-generation server is needed.
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 
 import httpx
@@ -41,6 +42,12 @@ def _spec_args(drafter: Path) -> list[str]:
             json.dumps({"method": "eagle3", "model": str(drafter), "num_speculative_tokens": 3})]
 
 
+# The servers this test starts are asked with this key, as a user's clients would (configured, so the
+# datagen phase can use the bench server as an external one, --base-url style).
+KEY = f"sk-eagle3-train-serve-{uuid.uuid4().hex}"
+HEADERS = {"Authorization": f"Bearer {KEY}"}
+
+
 def _measure(cfg, url: str) -> tuple[float, list[str]]:
     """Greedy chat completions of the probe prompts (rows 12-19, training prompts of the fixture
     drafter); acceptance length from /metrics deltas."""
@@ -49,7 +56,7 @@ def _measure(cfg, url: str) -> tuple[float, list[str]]:
     before = scrape_vllm(url)
     texts = []
     for p in probe:
-        r = httpx.post(f"{url}/v1/chat/completions", timeout=120, json={
+        r = httpx.post(f"{url}/v1/chat/completions", timeout=120, headers=HEADERS, json={
             "model": cfg.target.served_name, "messages": list(p.messages), "max_tokens": 32, "temperature": 0.0})
         assert r.status_code == 200, r.text
         texts.append(r.json()["choices"][0]["message"]["content"])
@@ -63,9 +70,9 @@ def test_cpu_rehearsal_dry_run_serves_and_trained_fixture_beats_it(tmp_path):
     cfg = write_tiny_config(tmp_path, {
         "target": {"model": str(FIXTURE / "target")},
         "datagen": {"max_samples": 12, "concurrency": 4, "sampling": {"max_tokens": 32},
-                    "server": {"port": free_port()}},
+                    "server": {"port": free_port(), "api_key": KEY}},
         "extract": {"server": {"port": free_port()}, "seq_length": 256},
-        "bench": {"server": {"port": port}},
+        "bench": {"server": {"port": port, "api_key": KEY}},
         "train": {"draft_vocab_size": 2048},
     })
     sup = Supervisor(state_dir_for(cfg.run_dir))
@@ -98,7 +105,7 @@ def test_cpu_rehearsal_dry_run_serves_and_trained_fixture_beats_it(tmp_path):
     server = start_server(sup, cfg, "bench", "vllm", cfg.bench.server,
                           extra_args=_spec_args(Path(manifest["checkpoint"])))
     try:
-        r = httpx.post(f"{url}/v1/completions", timeout=120, json={
+        r = httpx.post(f"{url}/v1/completions", timeout=120, headers=HEADERS, json={
             "model": cfg.target.served_name, "prompt": "Explain a hash map", "max_tokens": 16, "temperature": 0})
         assert r.status_code == 200 and r.json()["choices"][0]["text"], r.text
         untrained_len, untrained_texts = _measure(cfg, url)
