@@ -40,7 +40,10 @@ class DoctorFailed(PipelineError):
 
     def __init__(self, checks: list[Check]):
         bad = [c for c in checks if c.status == FAIL]
-        super().__init__("preflight failed:\n" + "\n".join(f"  FAIL {c.name}: {c.reason} -> {c.fix}" for c in bad))
+        # The first line is what a status file and a progress line keep: it names the first cause.
+        more = f" (and {len(bad) - 1} more failed check(s))" if len(bad) > 1 else ""
+        head = f"preflight failed: {bad[0].name}: {bad[0].reason}{more}" if bad else "preflight failed"
+        super().__init__(head + "\n" + "\n".join(f"  FAIL {c.name}: {c.reason} -> {c.fix}" for c in bad))
         self.checks = checks
 
 

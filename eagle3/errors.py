@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import reprlib
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .handoff.core import HandoffReport
+from typing import Any
 
 
 class PipelineError(Exception):
@@ -25,9 +22,10 @@ class GateError(PipelineError):
 
 class HandoffError(PipelineError):
     """GPUs could not be proven free; the next phase must not start. `report` is the handoff's
-    HandoffReport (eagle3.handoff.core) when the handoff got far enough to write one, else None."""
+    HandoffReport (eagle3.handoff.core) when the handoff got far enough to write one, else None
+    (typed loosely: the error taxonomy sits below every layer and imports none of them)."""
 
-    def __init__(self, message: str, report: HandoffReport | None = None):
+    def __init__(self, message: str, report: Any = None):
         super().__init__(message)
         self.report = report
 
@@ -67,6 +65,10 @@ class TransientError(PipelineError):
     """Connection lost, server died mid-phase, ... : a rerun resumes."""
 
     retryable = True
+
+
+class TrainingStopped(TransientError):
+    """The trainer was stopped before the last epoch; its interrupt checkpoint makes a rerun resume."""
 
 
 def echo(value, limit: int = 80, quote: bool = True) -> str:

@@ -31,25 +31,6 @@ class NoModeFits(ConfigError):
     """Neither offline (disk) nor online (GPU sets, cache room) fits this machine."""
 
 
-def online_cache_dir(run_dir: Path) -> Path:
-    """Where the extraction server writes on-demand hidden states for an online train phase; the
-    handoff empties it (nothing in it outlives the step that wrote it)."""
-    return Path(run_dir) / "train" / "hs-cache"
-
-
-def purge_cache(cache: Path) -> int:
-    """Empty the on-demand cache; returns the bytes removed. Whatever is in it belongs to a step
-    that has ended (the handoff runs it after every service is stopped)."""
-    removed = 0
-    if cache.is_dir():
-        for p in cache.iterdir():
-            try:
-                removed += p.stat().st_size
-            except OSError:
-                pass
-        shutil.rmtree(cache, ignore_errors=True)
-    return removed
-
 
 @dataclass(frozen=True)
 class Decision:

@@ -96,6 +96,12 @@ class RunLayout:
         return self.root / phase
 
     @property
+    def hs_cache(self) -> Path:
+        """Where the extraction server writes on-demand hidden states for an online train step; the
+        handoff empties it (eagle3.handoff.hs_cache): nothing in it outlives the step that wrote it."""
+        return self.phase_dir("train") / "hs-cache"
+
+    @property
     def handoffs(self) -> Path:
         return self.root / "handoffs"
 

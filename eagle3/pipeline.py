@@ -33,7 +33,14 @@ def state_dir(cfg: PipelineConfig) -> Path:
 
 
 def supervisor(cfg: PipelineConfig) -> Supervisor:
-    return Supervisor.for_run(cfg.run_dir, list(cfg.gpus))
+    """The run dir's supervisor. Where GPUs are configured its hang watchdog gets NVML's memory
+    sample, injected here: the process layer builds on nothing above it."""
+    sample = None
+    if cfg.gpus:
+        from .handoff.gpus import gpu_memory_sample  # NVML only where GPUs are configured
+
+        sample = gpu_memory_sample
+    return Supervisor(cfg.layout.state, gpu_sample=sample)
 
 
 def _marker_path(cfg: PipelineConfig, phase: str) -> Path:

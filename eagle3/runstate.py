@@ -16,6 +16,7 @@ import contextlib
 import logging
 import os
 import shlex
+import signal
 import socket
 import sys
 import threading
@@ -93,10 +94,10 @@ def recording(cfg: PipelineConfig, config_path: str, phases: list[str]) -> Itera
         progress.emit(Event("run", START, message=f"pipeline {cfg.name}: {', '.join(phases)}"))
         try:
             yield sink
-        except KeyboardInterrupt:
-            outcome = {"status": "interrupted"}
-            raise
         except BaseException as e:
+            if (sig := interrupting_signal(e)) is not None:
+                outcome = {"status": "interrupted", "signal": sig, "phase": _failed_phase(sink.tracker)}
+                raise
             outcome = {"status": "failed", "error": progress.error_line(e), "error_type": type(e).__name__,
                        "phase": _failed_phase(sink.tracker)}
             raise
@@ -110,12 +111,31 @@ def recording(cfg: PipelineConfig, config_path: str, phases: list[str]) -> Itera
                 log.warning("could not record the run's outcome in %s: %s", run_file(cfg.run_dir), e)
 
 
+def interrupting_signal(e: BaseException) -> str | None:
+    """"SIGINT"/"SIGTERM" when `e` is how a run unwinds on that signal, else None: Ctrl-C and, under
+    `eagle3 run`, SIGTERM raise KeyboardInterrupt; inside a flow run Prefect raises its own
+    TerminationSignal (a BaseException carrying `.signal`). Preemption (Slurm, kubelet) is SIGTERM:
+    an interrupted run, to be resumed, not a failed one."""
+    if isinstance(e, KeyboardInterrupt):  # the CLI's handler says which signal: KeyboardInterrupt("signal 15")
+        said = str(e.args[0]) if e.args else ""
+        number = int(said.split()[-1]) if said.startswith("signal ") and said.split()[-1].isdigit() else signal.SIGINT
+        return signal.Signals(number).name
+    number = getattr(e, "signal", None)
+    if not isinstance(e, Exception) and number in (signal.SIGTERM, signal.SIGINT):
+        return signal.Signals(number).name
+    return None
+
+
+STEPS = ("preflight", "handoff")  # the run's steps that are not phases, named when one of them failed
+
+
 def _failed_phase(tracker: Tracker) -> str | None:
-    """The pipeline phase that was running (or ended failed) when the run failed."""
-    phases = phase_table.names()
+    """The pipeline phase (or the preflight doctor, or a handoff) that was running, or ended failed,
+    when the run ended."""
+    known = set(phase_table.names()) | set(STEPS)
     for name in reversed(list(tracker.views)):
         v = tracker.views[name]
-        if name in phases and (v.finished_at is None or v.ok is False):
+        if name in known and (v.finished_at is None or v.ok is False):
             return name
-    return tracker.current if tracker.current in phases else None
+    return tracker.current if tracker.current in known else None
 

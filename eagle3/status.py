@@ -118,6 +118,7 @@ def collect(run_dir: Path, config_path: str | None = None, now: float | None = N
         "pid": (record or {}).get("pid"), "host": (record or {}).get("host"), "command": (record or {}).get("command"),
         "started_at": (record or {}).get("started_at"), "finished_at": (record or {}).get("finished_at"),
         "error": (record or {}).get("error"), "failed_phase": (record or {}).get("phase"),
+        "signal": (record or {}).get("signal"),
         "resume": (record or {}).get("resume"), "lease": lease.lease_holder(run_dir),
         "current_phase": current, "current_since": views[current].started_at if current else None,
         "eta_s": eta_left(views[current], now) if current else None, "phases_run": (record or {}).get("phases"),
@@ -150,6 +151,10 @@ def render(s: dict) -> str:
     elif s["status"] == "died":
         state += (f": PID {s['pid']} that ran it is {s['process']}, without recording an outcome (killed or "
                   "crashed); the services it left are stopped by the next run's handoff")
+    elif s["status"] == "interrupted":
+        where = f" during {s['failed_phase']}" if s["failed_phase"] else ""
+        state += (f" by {s['signal'] or 'a signal'}{where} {_ago(s['finished_at'], now)}: stopped on request (Ctrl-C, "
+                  "kill, a scheduler's preemption), not failed; resume it with the command below")
     elif s["finished_at"]:
         state += f" {_ago(s['finished_at'], now)}"
     rows.append(("state", state))

@@ -36,6 +36,18 @@ def pytest_sessionstart(session):
                     f"{REPO}: run `make setup` in this checkout first (the README's `make test` does)", returncode=4)
 
 
+def pytest_sessionfinish(session, exitstatus):
+    """Prefect starts a temporary API server of its own when a client runs with no API configured,
+    and stops it at interpreter exit, after pytest has closed its streams: a `--- Logging error ---`
+    traceback after the summary line. The suite's fixtures always configure an API; should a test
+    still start one, it is stopped here, while output works, and named, never printed after."""
+    server = sys.modules.get("prefect.server.api.server")
+    for instance in list(getattr(getattr(server, "SubprocessASGIServer", None), "_instances", {}).values()):
+        if instance.server_process is not None:
+            print(f"\nnote: a test started Prefect's temporary server ({instance.address}); stopped at session end")
+            instance.stop()
+
+
 def engine_available() -> bool:
     return ENGINE_PYTHON.exists()
 

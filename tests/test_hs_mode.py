@@ -11,6 +11,7 @@ from eagle3 import hs_mode
 from eagle3.config import ConfigError
 from eagle3.doctor import FAIL, PASS, check_disk
 from eagle3.phases.extract_disk import HEADER_BYTES, exact_estimate
+from eagle3.layout import RunLayout
 
 GIB = 2**30
 
@@ -199,7 +200,7 @@ def test_handoff_purges_the_online_cache(tmp_path):
     from eagle3.config import Handoff
     from eagle3.handoff.core import run_handoff
 
-    cache = hs_mode.online_cache_dir(tmp_path / "run")
+    cache = RunLayout(tmp_path / "run").hs_cache
     cache.mkdir(parents=True)
     (cache / "req-9.safetensors").write_bytes(b"z" * 1234)
     report = run_handoff(tmp_path / "run", Handoff(shm_dir=tmp_path / "shm"), gpus=[], label="t")

@@ -87,6 +87,54 @@ def test_a_run_in_progress_then_failed(tmp_path, make_config):
     assert (s["status"], s["failed_phase"], s["services"], s["lease"]) == ("failed", "datagen", [], None)
 
 
+def test_a_preflight_refusal_names_the_step_and_its_first_cause(tmp_path, make_config):
+    """The doctor refused (what a run dir on a 9 MiB filesystem gives): status names the preflight
+    step and the first failed check, not "error ?: DoctorFailed: preflight failed:"."""
+    from eagle3.doctor import FAIL, PASS, Check, DoctorFailed
+
+    cfg = make_config(check_files=False)
+    checks = [Check("gpus", PASS, "none declared"),
+              Check("disk", FAIL, "neither hidden-state mode fits: offline needs 13 MB, online 4 MB, 9 MB free",
+                    "free disk under run_dir"),
+              Check("port 8100", FAIL, "in use by PID 1", "stop it or change datagen.server.port")]
+    with pytest.raises(DoctorFailed):
+        with lease.hold(cfg.run_dir), recording(cfg, str(tmp_path / "config.yaml"), [p.name for p in PIPELINE]):
+            progress.emit(Event("preflight", START, message="doctor"))
+            raise DoctorFailed(checks)
+    s = status_json(cfg.run_dir)
+    assert (s["status"], s["failed_phase"]) == ("failed", "preflight")
+    assert s["error"] == ("DoctorFailed: preflight failed: disk: neither hidden-state mode fits: offline needs 13 MB, "
+                          "online 4 MB, 9 MB free (and 1 more failed check(s))")
+    out = status(cfg.run_dir).stdout
+    assert row(out, "error").startswith("preflight: DoctorFailed: preflight failed: disk: neither")
+
+
+@pytest.mark.parametrize("exc, name", [(KeyboardInterrupt("signal 15"), "SIGTERM"), (KeyboardInterrupt(), "SIGINT")])
+def test_a_run_stopped_by_a_signal_is_interrupted_not_failed(tmp_path, make_config, exc, name):
+    cfg = make_config(check_files=False)
+    with pytest.raises(KeyboardInterrupt):
+        with lease.hold(cfg.run_dir), recording(cfg, str(tmp_path / "config.yaml"), [p.name for p in PIPELINE]):
+            progress.emit(Event("datagen", START))
+            raise exc
+    s = status_json(cfg.run_dir)
+    assert (s["status"], s["signal"], s["failed_phase"]) == ("interrupted", name, "datagen")
+    out = status(cfg.run_dir).stdout
+    assert row(out, "state").startswith(f"INTERRUPTED by {name} during datagen") and "FAILED" not in out
+    assert row(out, "resume").startswith("eagle3 run ")
+
+
+def test_prefects_termination_signal_reads_as_interrupted():
+    """Inside a flow run Prefect raises its own TerminationSignal (a BaseException with .signal)."""
+    import signal
+
+    from prefect.exceptions import TerminationSignal
+
+    from eagle3.runstate import interrupting_signal
+
+    assert interrupting_signal(TerminationSignal(signal.SIGTERM)) == "SIGTERM"
+    assert interrupting_signal(GateError("no")) is None and interrupting_signal(SystemExit(1)) is None
+
+
 def test_a_run_whose_process_was_killed_is_reported_dead(tmp_path, make_config):
     cfg = make_config(check_files=False)
     gone = subprocess.run([PY, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)

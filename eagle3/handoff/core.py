@@ -23,9 +23,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from .. import hs_mode, phase_table, progress
+from .. import phase_table, progress
 from ..process import procfs
-from . import pycache, shm, systemd
+from . import hs_cache, pycache, shm, systemd
 from ..phase_table import next_phase
 from ..config import Handoff, PipelineConfig
 from ..errors import HandoffError, PipelineError
@@ -172,7 +172,7 @@ def run_handoff(run_dir: Path, settings: Handoff, gpus: list[int] | None, ports:
                     pass  # the verification loop below reports NVML errors
 
         with step("hidden-state cache") as rec:  # an online train step's files: no reader outlives it
-            removed = hs_mode.purge_cache(hs_mode.online_cache_dir(run_dir))
+            removed = hs_cache.purge(RunLayout(run_dir).hs_cache)
             report.hs_cache_bytes_removed = removed
             rec["detail"] = f"{removed} bytes removed"
 

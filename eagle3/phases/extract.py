@@ -328,7 +328,7 @@ def _clean_scan(paths: ExtractPaths, scan: Scan) -> None:
             path.unlink(missing_ok=True)
 
 
-def run_extract(cfg: PipelineConfig, sup: Supervisor | None = None, on_progress: ProgressFn | None = None,
+def run_extract(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | None = None,
                 force: bool = False) -> PhaseSummary:
     """Extract (or finish extracting) hidden states for phase 1's samples; returns the summary (details:
     the ExtractSummary, also written to summary.json). The caller holds the phase lock. Raises
@@ -342,7 +342,6 @@ def run_extract(cfg: PipelineConfig, sup: Supervisor | None = None, on_progress:
         raise ConfigError(f"phase 'extract' needs phase 1's output {samples}; run the datagen phase first "
                           "(`eagle3 run --only datagen`)")
     paths.dir.mkdir(parents=True, exist_ok=True)
-    sup = sup or Supervisor.for_run(cfg.run_dir, list(cfg.gpus))
     summary = _extract(cfg, sup, paths, plan, samples, PhaseProgress(PHASE, on_progress, unit="samples"), force, t0)
     files = (f"{summary.samples} hidden-state files ({summary.kept_files} kept, {summary.new_files} new, "
              f"{summary.redone_files} redone)" if summary.mode == "offline" else
@@ -478,7 +477,7 @@ def _finish_online(cfg: PipelineConfig, paths: ExtractPaths, plan: LayerPlan, dt
     """Online: the prepared data and the manifest (same layer ids, same convention) are this phase's
     whole output; offline files an earlier offline attempt left are not trusted for training."""
     shutil.rmtree(paths.hidden_states, ignore_errors=True)
-    cache = hs_mode.online_cache_dir(cfg.run_dir)
+    cache = cfg.layout.hs_cache
     manifest = _manifest(cfg, paths, plan, dtype, samples, settings, index, 0, str(cache),
                          "on demand: {request_id}.safetensors, deleted by the trainer once loaded", "online", decision)
     manifest_file = write_manifest(cfg, manifest)

@@ -38,7 +38,7 @@ from ..engines import trainer_compat
 from ..engines.serving import client_env
 from ..engines.drafter_formats import ENGINE_CONVENTION, LAYER_INPUT, PROVENANCE
 from ..engines.speculators import train_argv
-from ..errors import CommandFailed, ConfigError, GateError, PipelineError, TransientError
+from ..errors import CommandFailed, ConfigError, GateError, PipelineError, TrainingStopped
 from ..fsio import atomic_write_json, fsync_dir, read_json
 from ..progress import PhaseProgress
 from ..process.services import LaunchSpec, Supervisor
@@ -53,10 +53,6 @@ UNTRAINED = ("UNTRAINED: speculators train --dry-run (no accelerator); initialis
              "acceptance measured with it says nothing about a trained drafter")
 # SGLang's EAGLE-3 drafter has none of these options (docs/FACTS.md §2); train without them.
 SGLANG_TRAIN_FLAGS = ["--no-norm-before-fc", "--no-norm-before-residual", "--no-norm-output"]
-
-
-class TrainingStopped(TransientError):
-    """The trainer was stopped before the last epoch; its interrupt checkpoint makes a rerun resume."""
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ supervised services of this phase: the vLLM extraction server (extract.server, o
 hidden_states.server_gpus, serving the target under its path, which speculators' data loader
 checks against the model id it finds) and `speculators train --on-missing generate
 --vllm-endpoint` (on hidden_states.train_gpus). The server writes each requested sample to the
-on-demand cache (hs_mode.online_cache_dir); the trainer loads it and deletes it.
+on-demand cache (RunLayout.hs_cache); the trainer loads it and deletes it.
 
 Bounded: a guard thread sums the cache every second, records the peak, removes orphans (complete
 files nobody loaded: a request that timed out client-side, a killed data-loader worker) once they
@@ -25,10 +25,11 @@ from pathlib import Path
 from typing import Iterator
 
 from .. import hs_mode, progress
+from ..handoff import hs_cache
 from ..config import PipelineConfig
 from ..engines import hidden_states as hs_server
 from ..engines.serving import base_url, client_env, start_server
-from ..errors import GateError, PipelineError
+from ..errors import GateError, PipelineError, TrainingStopped
 from ..fsio import atomic_write_json
 from ..process.services import LaunchSpec, Process, Supervisor
 from ..ticker import Ticker
@@ -124,8 +125,8 @@ def served_name(cfg: PipelineConfig) -> str:
 @contextlib.contextmanager
 def extraction_server(cfg: PipelineConfig, sup: Supervisor, ext: ExtractManifest) -> Iterator[tuple[Process, CacheGuard]]:
     """The co-scheduled extraction server and the guard of its cache, for the body of the step."""
-    cache = hs_mode.online_cache_dir(cfg.run_dir)
-    hs_mode.purge_cache(cache)  # files of a killed run: no reader is left for them
+    cache = cfg.layout.hs_cache
+    hs_cache.purge(cache)  # files of a killed run: no reader is left for them
     cache.mkdir(parents=True)
     largest = None
     index = hs_mode.read_prepared_index(cfg)
@@ -150,7 +151,7 @@ def extraction_server(cfg: PipelineConfig, sup: Supervisor, ext: ExtractManifest
                 raise
     finally:
         server.stop()
-        hs_mode.purge_cache(cache)
+        hs_cache.purge(cache)
     if guard.stats.exceeded:
         raise _exceeded(guard)
 
@@ -158,8 +159,6 @@ def extraction_server(cfg: PipelineConfig, sup: Supervisor, ext: ExtractManifest
 def _stopped(e: PipelineError) -> bool:
     """The trainer saved its interrupt checkpoint: one stop ended it and the server alike (seen on
     an H200), and the resumable stop, not the server's exit, is what the caller must see."""
-    from .train import TrainingStopped  # train.py imports this module
-
     return isinstance(e, TrainingStopped)
 
 
@@ -174,7 +173,7 @@ def fetch_check(cfg: PipelineConfig, sup: Supervisor, ext: ExtractManifest, out:
 
     script = hs_server.ENGINE_SIDE_DIR / "online_fetch.py"
     argv = [*cfg.engines.speculators.python_argv(), str(script), "--data", ext.prepared_data,
-            "--cache", str(hs_mode.online_cache_dir(cfg.run_dir)), "--endpoint", endpoint(cfg),
+            "--cache", str(cfg.layout.hs_cache), "--endpoint", endpoint(cfg),
             "--model", served_name(cfg), "--out", str(out), "--max-len", str(cfg.train.total_seq_len)]
     progress.step(PHASE, f"speculators' on-demand data path: fetching {ext.num_samples} samples from the server")
     spec = LaunchSpec(name="train-online-fetch", argv=argv, log=log_path, phase=PHASE,

@@ -481,16 +481,6 @@ class Supervisor:
         self.gpu_sample = gpu_sample
         self._live: dict[str, "Process"] = {}
 
-    @classmethod
-    def for_run(cls, run_dir: Path, gpus: list[int]) -> "Supervisor":
-        """The supervisor of a run dir; GPU samples (hang watchdog) only where GPUs are configured."""
-        gpu_sample = None
-        if gpus:
-            from ..handoff.gpus import gpu_memory_sample  # NVML only where GPUs are configured
-
-            gpu_sample = gpu_memory_sample
-        return cls(layout.state_dir(run_dir), gpu_sample=gpu_sample)
-
     def launch(self, spec: LaunchSpec) -> "Process":
         spec.log.parent.mkdir(parents=True, exist_ok=True)
         sid = f"{spec.name}-{uuid.uuid4().hex[:8]}"

@@ -67,11 +67,16 @@ def prefect_server(tmp_path_factory):
         server = PrefectServer(api_url, home, env, log, proc, time.monotonic() - t0)
         with temporary_settings(updates={PREFECT_API_URL: api_url, PREFECT_HOME: str(home),
                                          PREFECT_SERVER_ANALYTICS_ENABLED: False}):
-            yield server
-    finally:
-        from prefect.logging.handlers import APILogHandler
+            try:
+                yield server
+            finally:
+                from prefect.logging.handlers import APILogHandler
 
-        APILogHandler().flush()  # the tests' last log records, while the server still answers
+                # The tests' last log records, while the server still answers and is still the
+                # configured API: flushed outside these settings, they would start Prefect's own
+                # temporary server, stopped at interpreter exit after pytest closed its streams.
+                APILogHandler().flush()
+    finally:
         stop_group(proc)
         assert proc.returncode is not None, "prefect server did not exit"
         assert not procfs.group_members(proc.pid), "prefect server processes survived"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -125,6 +126,31 @@ def test_status_after_a_failed_run_gives_the_resume_command(prefect_server, tmp_
     assert "GateError: extract: gate failed on purpose" in s["error"]
     assert s["resume"] == f"eagle3 run {config}"
     assert s["phases"]["datagen"]["done"] and not s["phases"]["extract"]["done"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_status_after_a_signal_shows_interrupted_with_the_resume_command(prefect_server, tmp_path, sig):
+    """Preemption (Slurm, kubelet) sends SIGTERM; Ctrl-C is SIGINT: the run unwinds, and its status is
+    INTERRUPTED in the phase it was in, with the command that resumes it, never FAILED."""
+    config = write_noop_config(tmp_path / "cfg", name=f"progress-{sig.name.lower()}",
+                               knobs={"ticks": {"extract": [200, 0.25]}})
+    env = prefect_server.env | overrides_env() | {"EAGLE3_PROGRESS_INTERVAL_S": str(INTERVAL_S)}
+    run = Run(config, env)
+    deadline = time.monotonic() + 240
+    while not any(p == "extract" and re.match(r"\d+/200", text) for _, p, text in run.ours()):
+        assert run.proc.poll() is None and time.monotonic() < deadline, "\n".join(line for _, line in run.lines)
+        time.sleep(0.2)
+    run.proc.send_signal(sig)
+    rc = run.wait()
+    assert rc != 0
+    s = status_json(tmp_path / "cfg" / "run", env)
+    assert (s["status"], s["signal"], s["failed_phase"]) == ("interrupted", sig.name, "extract")
+    assert s["resume"] == f"eagle3 run {config}"
+    assert s["phases"]["datagen"]["done"] and not s["phases"]["extract"]["done"]
+    text = subprocess.run([EAGLE3, "status", str(tmp_path / "cfg" / "run")], env=env, capture_output=True,
+                          text=True, timeout=60).stdout
+    assert f"INTERRUPTED by {sig.name} during extract" in text and "FAILED" not in text
+    assert f"eagle3 run {config}" in text
 
 
 def test_a_worker_run_logs_the_progress_lines_in_its_flow_run_log(worker, tmp_path):

@@ -85,14 +85,13 @@ def _config(tmp: Path, mode: str, epochs: int = EPOCHS):
 def _install_phase2(cfg, mode: str) -> dict:
     """The carried phase-2 output as this run's extract dir: offline with its hidden states, online
     without them (the manifest an online phase 2 writes: mode online, hidden_states_dir = the cache)."""
-    from eagle3 import hs_mode
 
     dst = cfg.phase_dir("extract")
     shutil.copytree(PHASE2, dst, ignore=shutil.ignore_patterns("logs", *(["hidden_states"] if mode == "online" else [])))
     manifest = json.loads((dst / "manifest.json").read_text())
     manifest.update(prepared_data=str(dst / "prepared"), token_freq=str(dst / "prepared" / "token_freq.pt"),
                     target_model=str(TARGET), mode=mode,
-                    hidden_states_dir=str(hs_mode.online_cache_dir(cfg.run_dir) if mode == "online"
+                    hidden_states_dir=str(cfg.layout.hs_cache if mode == "online"
                                           else dst / "hidden_states"))
     (dst / "manifest.json").write_text(json.dumps(manifest, indent=2))
     return manifest
@@ -134,11 +133,10 @@ def _epoch_times(save: Path, epochs: int) -> list[float]:
 
 def _train(cfg, mode: str, manifest: dict) -> dict:
     """One uninterrupted run of the train phase; throughput from the epoch checkpoints' times."""
-    from eagle3 import hs_mode
     from eagle3.phases.train import run_train
     from eagle3.process.services import Supervisor, state_dir_for
 
-    sampler = CacheSampler(hs_mode.online_cache_dir(cfg.run_dir))
+    sampler = CacheSampler(cfg.layout.hs_cache)
     sampler.start()
     t0 = time.monotonic()
     try:
@@ -168,7 +166,6 @@ def _train(cfg, mode: str, manifest: dict) -> dict:
 
 
 def test_online_vs_offline_same_samples(tmp_path):
-    from eagle3 import hs_mode
 
     # Offline: every hidden state on disk before training starts.
     off_cfg = _config(tmp_path / "offline", "offline")
@@ -184,7 +181,7 @@ def test_online_vs_offline_same_samples(tmp_path):
     assert on["requests"] >= EPOCHS * n * 0.8, on  # every epoch fetched (nearly) every sample again: no cache kept
     assert 0 < on["peak_cache_bytes_sampled_5ms"] <= on["guard"]["bound"] and on["guard"]["exceeded"] is None, on
     assert on["peak_cache_bytes_sampled_5ms"] < off["cache_bytes"] / 2, (on, off)
-    assert not hs_mode.online_cache_dir(on_cfg.run_dir).exists()  # purged after the step
+    assert not on_cfg.layout.hs_cache.exists()  # purged after the step
     _record("compare", peak_cache_bytes={"offline": off["cache_bytes"], "online_sampled": on["peak_cache_bytes_sampled_5ms"]},
             samples_per_s={"offline": off["samples_per_s_epochs_2_to_last"], "online": on["samples_per_s_epochs_2_to_last"]})
 
@@ -192,7 +189,6 @@ def test_online_vs_offline_same_samples(tmp_path):
 def test_online_stopped_with_sigterm_resumes(tmp_path):
     """Online, stopped mid-epoch (SIGTERM to the trainer's group through the supervisor, which
     ends the stand-in server too) and rerun: the trainer resumes from its interrupt save."""
-    from eagle3 import hs_mode
     from eagle3.phases.train import run_train
     from eagle3.process.services import Supervisor, state_dir_for
 
@@ -201,7 +197,7 @@ def test_online_stopped_with_sigterm_resumes(tmp_path):
     log = cfg.phase_dir("train") / "logs" / "train.log"
     # Epochs 1 and 2 (after epoch 1's one-off warm-up) give an epoch's length; stopped ~40 % into epoch 3.
     where = train_and_stop_mid_epoch(cfg, after=("1", "2"), deadline_s=240, poll_s=0.005)
-    assert not hs_mode.online_cache_dir(cfg.run_dir).exists()  # nothing of the stopped step is kept
+    assert not cfg.layout.hs_cache.exists()  # nothing of the stopped step is kept
     first_len = len(log.read_text(errors="replace"))
 
     manifest = run_train(cfg, Supervisor(state_dir_for(cfg.run_dir))).details

@@ -95,7 +95,7 @@ def test_online_step_auto_chosen_bounded_killed_and_resumed(extract_config, tmp_
     online = train["online"]
     assert online["fetched_samples"] == manifest.num_samples and online["exceeded"] is None
     assert online["sampled_peak_bytes"] <= CACHE_BOUND  # sampled: a file may live less than one look
-    assert not hs_mode.online_cache_dir(cfg.run_dir).exists()  # purged after the step
+    assert not cfg.layout.hs_cache.exists()  # purged after the step
 
     # The estimate against the real files the server wrote: tokens × bytes/token + a header ≤ 256 B.
     fetched = json.loads((cfg.run_dir / "train" / "online-fetch.json").read_text())["samples"]

@@ -10,16 +10,13 @@ that user could, and nothing more. Without root, nobody can act as a second user
 from __future__ import annotations
 
 import base64
-import contextlib
 import http.client
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Callable
 
