@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 # may be gone. PYTHONWARNINGS: setuptools' editable build warns at length about this layout.
 PIP         := PYTHONWARNINGS=ignore "$$(realpath $(VENV))/bin/python" -m pip
 
-.PHONY: setup engine-env tiny-model demo test test-fast clean-runs
+.PHONY: setup engine-env tiny-model demo test test-fast docs clean-runs
 
 setup: $(VENV)/.deps-stamp
 	@# Always re-point the editable install at this checkout (a cached venv may come from another clone).
@@ -38,6 +38,9 @@ test: setup engine-env
 
 test-fast: setup
 	$(VENV)/bin/python -m pytest -m "not slow" $(PYTEST_ARGS)
+
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 clean-runs:
 	rm -rf runs

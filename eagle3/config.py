@@ -276,7 +276,7 @@ class Train(Strict):
 
 
 class HiddenStates(Strict):
-    """Where training's hidden states come from (README "Hidden-state modes"). offline: phase 2
+    """Where training's hidden states come from (docs/pipeline.md, "Hidden-state modes"). offline: phase 2
     writes every sample's file, training reads them. online: phase 2 only prepares the data; the
     train phase runs the extraction server on `server_gpus` and the trainer on `train_gpus` side by
     side, the trainer asking for each sample's hidden states and deleting the file once loaded.
@@ -349,7 +349,7 @@ class Bench(Strict):
         "false: requests end at EOS, as in real traffic. true: every request runs to `max_tokens`, so baseline "
         "and k runs produce the same token counts even when sampling."))
     prompts: FsPath | None = Field(None, description=(
-        "Benchmark prompts: a prompt set file (JSONL, JSON, parquet) or a saved dataset directory (README, "
+        "Benchmark prompts: a prompt set file (JSONL, JSON, parquet) or a saved dataset directory (docs/benchmark.md, "
         "\"Prompt sets\"). Default: the rows of `datagen.prompts` data generation held out."))
     drafter: FsPath | None = Field(None, description=(
         "Serve this drafter dir instead of the train phase's output (default: the train phase's manifest)."))
@@ -414,7 +414,7 @@ class PipelineConfig(Strict):
     bench: Bench = Field(description="Phase 4, the benchmark (`bench` below).")
     handoff: Handoff = Field(Handoff(), description="The GPU handoff between phases (`handoff` below).")
     hidden_states: HiddenStates = Field(HiddenStates(), description=(
-        "Where training's hidden states come from (`hidden_states` below; README \"Hidden-state modes\")."))
+        "Where training's hidden states come from (`hidden_states` below; docs/pipeline.md, \"Hidden-state modes\")."))
 
     @field_validator("gpus")
     @classmethod
@@ -527,7 +527,7 @@ def _format_errors(err: ValidationError, source: str) -> list[str]:
         loc = _loc(e["loc"])
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
-            msg = "unknown key; remove it or check its spelling (see the config reference in README.md)"
+            msg = "unknown key; remove it or check its spelling (see the config reference in docs/config.md)"
         elif e["type"] == "missing":
             msg = "required field is missing; add it"
         elif e["type"] == "string_pattern_mismatch":

@@ -236,7 +236,7 @@ def test_the_trend_of_the_recorded_history_is_the_one_in_the_readme(recorded):
     rows = trend_rows(recorded)
     assert [(r["run"], r["k"], r["watch"]) for r in rows] == [(1, 1, "first"), (1, 3, "first"), (2, 1, "stable"),
                                                               (2, 3, "stable")]
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "benchmark.md").read_text()
     table = [line for line in markdown(rows).splitlines() if line.startswith("|")]
     assert len(table) == 6 and all(line in readme for line in table)
     assert plot_png(rows).startswith(b"\x89PNG")

@@ -1,4 +1,4 @@
-"""The README's config reference is generated from the schema and must not drift from it."""
+"""The config reference (docs/config.md) is generated from the schema and must not drift from it."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from eagle3.config import Bench, PipelineConfig, Server
 
 
 def test_readme_config_reference_is_the_generated_text():
-    text = configdoc.README.read_text()
+    text = configdoc.REFERENCE.read_text()
     assert configdoc.region(text) == configdoc.render(), \
-        "README.md's config reference is out of date: run `python -m eagle3.configdoc` and commit README.md"
+        "docs/config.md's config reference is out of date: run `python -m eagle3.configdoc` and commit it"
 
 
 def test_every_field_of_every_section_is_described_and_listed():
@@ -29,9 +29,9 @@ def test_every_field_of_every_section_is_described_and_listed():
 
 def test_check_fails_on_drift_and_the_rewrite_touches_only_the_region(tmp_path, monkeypatch):
     readme = tmp_path / "README.md"
-    good = configdoc.README.read_text()
+    good = configdoc.REFERENCE.read_text()
     readme.write_text(good.replace("| `acceptance_floor` | number ≥ 1.0 | `1.3` |", "| `acceptance_floor` | number | `1.5` |"))
-    monkeypatch.setattr(configdoc, "README", readme)
+    monkeypatch.setattr(configdoc, "REFERENCE", readme)
     assert configdoc.main(["--check"]) == 1
     assert configdoc.main([]) == 0 and readme.read_text() == good
     assert configdoc.main(["--check"]) == 0

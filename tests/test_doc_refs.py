@@ -9,7 +9,8 @@ from pathlib import Path
 
 from tests.conftest import REPO
 
-DOCS = ["README.md", "docs/DESIGN.md", "tests/gpu/RESULTS.md", "bench/RESULTS.md", "deployments/README.md"]
+DOCS = ["README.md", *sorted(str(p.relative_to(REPO)) for p in (REPO / "docs").glob("*.md")), "tests/gpu/RESULTS.md",
+        "bench/RESULTS.md", "deployments/README.md"]
 REF = re.compile(r"`(?:tests/)?((?:[\w-]+/)*test_\w+\.py)::(test_\w+)")
 
 

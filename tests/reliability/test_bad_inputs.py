@@ -9,7 +9,7 @@
 - Every command that takes a config, walked with broken inputs: exit 1 or 2 with a message, never
   a traceback, never a process or a run dir left behind.
 (Malformed prompt rows, bad checkpoints and the table-driven invalid configs are proven elsewhere;
-see the README's Reliability table.)"""
+see docs/reliability.md.)"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Nobody else on the node can steer the pack (README "Security model").
+"""Nobody else on the node can steer the pack (docs/security.md).
 
 Each case is set up by a second, unprivileged local user (an account made with useradd where the
 system allows it, else a uid no account has: the kernel checks numbers, not names) while the pack

@@ -5,7 +5,7 @@ live multiprocessing semaphore in /dev/shm.
 
 Engines are the stand-in of standin_engine.py, launched by the pack's own code (Supervisor,
 start_server, the real datagen/extract phases, the real `eagle3 run` flow). Faults already proven
-elsewhere are not repeated here; the README's "Reliability" table points at those tests."""
+elsewhere are not repeated here; docs/reliability.md points at those tests."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Security properties: config strings never pass through a shell, servers bind loopback unless told
-otherwise, the API key is enforced by the server and never written down, and (README table) the
+otherwise, the API key is enforced by the server and never written down, and (docs/reliability.md) the
 handoff never ends what it does not own.
 
 The shell test walks the config schema, so a string field added later must be classified here
