@@ -316,12 +316,26 @@ def test_the_validator_refuses_a_run_dir_another_user_owns_or_a_parent_anyone_ca
         make_config(run_dir=open_parent / "run", check_files=False)
 
 
-def test_a_new_run_dir_is_private(tmp_path):
+def test_a_new_run_dir_is_private_and_so_is_what_the_run_creates(tmp_path):
+    from eagle3.process.services import LaunchSpec
+
     run_dir = tmp_path / "fresh" / "run"
-    with lease.hold(run_dir):
-        pass
+    previous = os.umask(0o022)  # a user's usual umask
+    try:
+        with lease.hold(run_dir):
+            made = os.umask(0o077)
+            os.umask(made)
+            sup = Supervisor(state_dir_for(run_dir))
+            out = run_dir / "child-wrote-this"
+            sup.run(LaunchSpec(name="writer", argv=[sys.executable, "-c", f"open({str(out)!r}, 'w').write('x')"],
+                               log=run_dir / "writer.log"))
+    finally:
+        os.umask(previous)
     assert os.stat(run_dir).st_mode & 0o777 == 0o700
     assert os.stat(run_dir / "state").st_mode & 0o777 == 0o700
+    assert made & 0o077 == 0o077, "the pack's own files are the user's alone once it holds a run dir"
+    assert os.stat(out).st_mode & 0o777 == 0o600, "what the processes it starts write is private too"
+    assert os.stat(run_dir / "writer.log").st_mode & 0o077 == 0
 
 
 # ---- the run's Prefect server --------------------------------------------------------------------
