@@ -45,7 +45,7 @@ from ..engines.serving import base_url, client_env, start_server
 from ..errors import ConfigError, GateError, PipelineError, TransientError
 from ..fsio import atomic_write_json, read_json
 from ..progress import PhaseProgress
-from ..process.services import LaunchSpec, Process, Supervisor, StopOutcome, stop_entry
+from ..process.services import LaunchSpec, Process, Supervisor, StopOutcome
 from ..ticker import Ticker
 from . import PhaseSummary, ProgressFn
 from .extract_disk import (HEADER_BYTES, DiskSpaceError, bytes_per_token, check_disk, estimate_from_samples,
@@ -165,16 +165,10 @@ def wipe(paths: ExtractPaths) -> None:
 def stop_leftovers(cfg: PipelineConfig, sup: Supervisor) -> list[StopOutcome]:
     """End what an earlier, killed run of this phase left running (its server still holds the port,
     its client may still write files). Only registry entries of this phase, each proven ours."""
-    outcomes = []
-    for entry in sup.registry.entries():
-        if entry.phase != PHASE:
-            continue
-        outcome = stop_entry(entry, sup.registry.token, entry.grace(cfg.extract.server.stop_grace_s))
-        if outcome.clean:
-            sup.registry.remove(entry.id)
+    outcomes = sup.sweep(cfg.extract.server.stop_grace_s, phase=PHASE)
+    for outcome in outcomes:
         if outcome.members:
-            log.warning("extract: stopped leftover %s (group %s) with %s", entry.name, entry.pgid, outcome.signal)
-        outcomes.append(outcome)
+            log.warning("extract: stopped leftover %s (group %s) with %s", outcome.name, outcome.pgid, outcome.signal)
     return outcomes
 
 

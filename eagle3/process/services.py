@@ -522,13 +522,15 @@ class Supervisor:
     def stop_all(self) -> list[StopOutcome]:
         return [proc.stop() for proc in list(self._live.values())]
 
-    def sweep(self, default_grace_s: float, include_live_run_services: bool = False) -> list[StopOutcome]:
-        """Stop every registry entry, including those of crashed earlier runs, each with its own
-        recorded grace (`default_grace_s` only for entries written before graces were recorded).
-        The services of a still-running run (its Prefect server) stay unless asked for."""
+    def sweep(self, default_grace_s: float, include_live_run_services: bool = False,
+              phase: str | None = None) -> list[StopOutcome]:
+        """Stop every registry entry (of `phase` alone, when given), including those of crashed
+        earlier runs, each with its own recorded grace (`default_grace_s` only for entries written
+        before graces were recorded). The services of a still-running run (its Prefect server) stay
+        unless asked for."""
         outcomes = []
         for entry in self.registry.entries():
-            if entry.serves_a_live_run() and not include_live_run_services:
+            if (entry.serves_a_live_run() and not include_live_run_services) or (phase and entry.phase != phase):
                 continue
             live = self._live.pop(entry.id, None)
             if live is not None:  # our own child: the entry in memory, not the file's
