@@ -141,7 +141,9 @@ def _run_locked(cfg: PipelineConfig, phase: str, sup: Supervisor | None, force: 
     try:
         summary = fn(cfg, sup, on_progress=on_progress)  # the phase contract (eagle3.phase_table.Phase.run)
     except BaseException as e:
-        progress.emit(progress.Event(phase, progress.END, ok=False, message=progress.error_line(e)))
+        sig = progress.interrupting_signal(e)
+        message = progress.INTERRUPTED + sig if sig else progress.error_line(e)
+        progress.emit(progress.Event(phase, progress.END, ok=False, message=message))
         raise
     finally:
         sup.stop_all()  # whatever the phase left running is ours to end

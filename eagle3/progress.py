@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import signal
 import threading
 import time
 from collections import deque
@@ -22,6 +23,7 @@ from typing import Any, Callable, Iterator
 log = logging.getLogger("eagle3.progress")
 
 START, PROGRESS, STEP, WAIT, END, NOTE = "start", "progress", "step", "wait", "end", "note"
+INTERRUPTED = "interrupted by "  # an END message starting so: stopped by a signal, not failed
 RATE_WINDOW_S = 120.0  # the rate (and so the ETA) follows the last two minutes, not the whole phase
 
 
@@ -83,6 +85,21 @@ def waiting(phase: str, message: str, waited_s: float, **detail) -> None:
 
 def note(phase: str, message: str, ok: bool = True, **detail) -> None:
     emit(Event(phase, NOTE, message=message, detail=detail, ok=ok))
+
+
+def interrupting_signal(e: BaseException) -> str | None:
+    """"SIGINT"/"SIGTERM" when `e` is how a run unwinds on that signal, else None: Ctrl-C and, under
+    `eagle3 run`, SIGTERM raise KeyboardInterrupt; inside a flow run Prefect raises its own
+    TerminationSignal (a BaseException carrying `.signal`). Preemption (Slurm, kubelet) is SIGTERM:
+    an interrupted run, to be resumed, not a failed one."""
+    if isinstance(e, KeyboardInterrupt):  # the CLI's handler says which signal: KeyboardInterrupt("signal 15")
+        said = str(e.args[0]) if e.args else ""
+        number = int(said.split()[-1]) if said.startswith("signal ") and said.split()[-1].isdigit() else signal.SIGINT
+        return signal.Signals(number).name
+    number = getattr(e, "signal", None)
+    if not isinstance(e, Exception) and number in (signal.SIGTERM, signal.SIGINT):
+        return signal.Signals(number).name
+    return None
 
 
 def error_line(exc: BaseException) -> str:
@@ -267,7 +284,8 @@ def describe(v: PhaseView, now: float | None = None, stale_after_s: float | None
     now = time.time() if now is None else now
     if v.finished_at is not None:
         took = fmt_duration(v.finished_at - v.started_at)
-        return f"{'done' if v.ok else 'FAILED'} in {took}" + (f": {v.message}" if v.message else "")
+        state = "done" if v.ok else "INTERRUPTED" if v.message.startswith(INTERRUPTED) else "FAILED"
+        return f"{state} in {took}" + (f": {v.message}" if v.message else "")
     parts = []
     if v.total:
         pct = f" ({100.0 * (v.done or 0) / v.total:.0f}%)"

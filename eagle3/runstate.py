@@ -16,7 +16,6 @@ import contextlib
 import logging
 import os
 import shlex
-import signal
 import socket
 import sys
 import threading
@@ -95,35 +94,21 @@ def recording(cfg: PipelineConfig, config_path: str, phases: list[str]) -> Itera
         try:
             yield sink
         except BaseException as e:
-            if (sig := interrupting_signal(e)) is not None:
+            if (sig := progress.interrupting_signal(e)) is not None:
                 outcome = {"status": "interrupted", "signal": sig, "phase": _failed_phase(sink.tracker)}
                 raise
             outcome = {"status": "failed", "error": progress.error_line(e), "error_type": type(e).__name__,
                        "phase": _failed_phase(sink.tracker)}
             raise
         finally:
-            progress.emit(Event("run", END, ok=outcome["status"] == "completed", message=outcome["status"]))
+            message = (progress.INTERRUPTED + outcome["signal"]) if outcome["status"] == "interrupted" else outcome["status"]
+            progress.emit(Event("run", END, ok=outcome["status"] == "completed", message=message))
             record.update(outcome, finished_at=time.time())
             try:  # the record must never mask the run's own error
                 sink.flush()
                 atomic_write_json(run_file(cfg.run_dir), record)
             except OSError as e:
                 log.warning("could not record the run's outcome in %s: %s", run_file(cfg.run_dir), e)
-
-
-def interrupting_signal(e: BaseException) -> str | None:
-    """"SIGINT"/"SIGTERM" when `e` is how a run unwinds on that signal, else None: Ctrl-C and, under
-    `eagle3 run`, SIGTERM raise KeyboardInterrupt; inside a flow run Prefect raises its own
-    TerminationSignal (a BaseException carrying `.signal`). Preemption (Slurm, kubelet) is SIGTERM:
-    an interrupted run, to be resumed, not a failed one."""
-    if isinstance(e, KeyboardInterrupt):  # the CLI's handler says which signal: KeyboardInterrupt("signal 15")
-        said = str(e.args[0]) if e.args else ""
-        number = int(said.split()[-1]) if said.startswith("signal ") and said.split()[-1].isdigit() else signal.SIGINT
-        return signal.Signals(number).name
-    number = getattr(e, "signal", None)
-    if not isinstance(e, Exception) and number in (signal.SIGTERM, signal.SIGINT):
-        return signal.Signals(number).name
-    return None
 
 
 STEPS = ("preflight", "handoff")  # the run's steps that are not phases, named when one of them failed

@@ -129,7 +129,7 @@ def test_prefects_termination_signal_reads_as_interrupted():
 
     from prefect.exceptions import TerminationSignal
 
-    from eagle3.runstate import interrupting_signal
+    from eagle3.progress import interrupting_signal
 
     assert interrupting_signal(TerminationSignal(signal.SIGTERM)) == "SIGTERM"
     assert interrupting_signal(GateError("no")) is None and interrupting_signal(SystemExit(1)) is None

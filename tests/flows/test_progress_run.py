@@ -32,8 +32,10 @@ class Run:
     """`eagle3 run` in the background; every stderr line with the monotonic time it arrived."""
 
     def __init__(self, config: Path, env: dict):
+        # SIGINT as on a terminal: a suite started in the background (`make test &`) passes it on ignored.
         self.proc = subprocess.Popen([EAGLE3, "run", str(config), "--no-doctor"], env=env, stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1,
+                                     preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         self.lines: list[tuple[float, str]] = []
         self.stdout = ""
         self._threads = [threading.Thread(target=self._read_err, daemon=True),
@@ -150,6 +152,8 @@ def test_status_after_a_signal_shows_interrupted_with_the_resume_command(prefect
     text = subprocess.run([EAGLE3, "status", str(tmp_path / "cfg" / "run")], env=env, capture_output=True,
                           text=True, timeout=60).stdout
     assert f"INTERRUPTED by {sig.name} during extract" in text and "FAILED" not in text
+    assert any(p == "extract" and t.startswith(f"INTERRUPTED in ") and t.endswith(f"interrupted by {sig.name}")
+               for _, p, t in run.ours()), "the phase's own line says interrupted, not FAILED"
     assert f"eagle3 run {config}" in text
 
 
