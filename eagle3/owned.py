@@ -170,10 +170,10 @@ def check_dir(path: Path | str, what: str = "directory", root_ok: bool = False) 
 
 
 def private_dir(path: Path | str, what: str = "directory") -> Path:
-    """`path` as a directory of the user's: created 0700 where missing (parents as umask allows),
-    checked where it exists."""
+    """`path` as a directory of the user's: created 0700 where missing, and so is its parent (a run
+    dir, for its `state/`; further ancestors as the umask allows); checked where it exists."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    os.makedirs(path.parent, mode=0o700, exist_ok=True)  # the mode applies to the parent, not above it
     with contextlib.suppress(FileExistsError):
         os.mkdir(path, 0o700)
     check_dir(path, what)

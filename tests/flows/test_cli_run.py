@@ -4,6 +4,7 @@ on a small machine. The run's records are read back from the embedded server's o
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import subprocess
 import sys
@@ -42,6 +43,9 @@ def test_eagle3_run_on_the_embedded_server(tmp_path):
     for phase in PHASES:
         assert f"done {phase}" in res.stdout
     assert counts(run_dir) == dict.fromkeys(PHASES, 1)
+    # Private by default: the run dir `eagle3 run` made, its state and the owner token (docs/security.md).
+    assert [os.stat(p).st_mode & 0o777 for p in (run_dir, run_dir / "state", run_dir / "state" / "owner-token")] \
+        == [0o700, 0o700, 0o600]
 
     db = sqlite3.connect(home / "prefect.db")
     try:
