@@ -41,11 +41,19 @@ def pytest_sessionfinish(session, exitstatus):
     and stops it at interpreter exit, after pytest has closed its streams: a `--- Logging error ---`
     traceback after the summary line. The suite's fixtures always configure an API; should a test
     still start one, it is stopped here, while output works, and named, never printed after."""
+    import logging
+
     server = sys.modules.get("prefect.server.api.server")
     for instance in list(getattr(getattr(server, "SubprocessASGIServer", None), "_instances", {}).values()):
         if instance.server_process is not None:
             print(f"\nnote: a test started Prefect's temporary server ({instance.address}); stopped at session end")
-            instance.stop()
+            said = server.subprocess_server_logger
+            level = said.level
+            said.setLevel(logging.WARNING)  # its "Stopping temporary server" line would land after the summary
+            try:
+                instance.stop()
+            finally:
+                said.setLevel(level)
 
 
 def engine_available() -> bool:
