@@ -133,15 +133,6 @@ def read_bytes(path: Path | str, default: Any = _MISSING, what: str = "file",
     return data
 
 
-def read_text(path: Path | str, default: Any = _MISSING, what: str = "file") -> Any:
-    data = read_bytes(path, None, what)
-    if data is None:
-        if default is _MISSING:
-            raise FileNotFoundError(errno.ENOENT, "No such file or directory", str(path))
-        return default
-    return data.decode()
-
-
 def read_json(path: Path | str, default: Any = None, what: str = "state file") -> Any:
     data = read_bytes(path, None, what)
     return default if data is None else json.loads(data)

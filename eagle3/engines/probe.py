@@ -17,9 +17,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import stat
 from pathlib import Path
 
+from .. import owned
 from ..config import PipelineConfig
 from ..errors import CommandFailed, ConfigError
 from ..fsio import atomic_write_json, read_json
@@ -105,15 +105,9 @@ def _user_cache() -> tuple[Path, dict] | None:
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "eagle3"
     try:
         base.mkdir(parents=True, exist_ok=True, mode=0o700)
-        for path in (base, base / "engine-probes.json"):
-            try:
-                st = os.lstat(path)
-            except FileNotFoundError:
-                continue
-            if stat.S_ISLNK(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-                return None
-        data = read_json(base / "engine-probes.json", default={})
-    except (OSError, ValueError):
+        owned.check_dir(base, "probe cache directory")
+        data = read_json(base / "engine-probes.json", default={})  # proven the user's own, or refused
+    except (OSError, ValueError, owned.NotOwned):  # not provably the user's: probe again instead
         return None
     return (base / "engine-probes.json", data) if isinstance(data, dict) else None
 

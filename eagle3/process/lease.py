@@ -162,7 +162,7 @@ def _fd_locked(fd: int) -> bool:
     return struct.unpack(_FLOCK, got)[0] != fcntl.F_UNLCK
 
 
-def _open_for_reading(path: Path, root_ok: bool) -> int | None:
+def _open_for_reading(path: Path) -> int | None:
     """A read-only fd on a lease file that is what it claims: a regular file, no link, owned by the
     uid its name gives (or, for the run lease, by the user). None for anything else: it is not a
     lease, it is never written through, and it cannot hold anything."""
@@ -173,7 +173,7 @@ def _open_for_reading(path: Path, root_ok: bool) -> int | None:
     st = os.fstat(fd)
     claimed = _claimed_uid(path)
     if not stat.S_ISREG(st.st_mode) or (st.st_uid != claimed if claimed is not None else
-                                        owned.problem(st, root_ok=root_ok) is not None):
+                                        owned.problem(st) is not None):
         os.close(fd)
         return None
     return fd
@@ -195,7 +195,7 @@ def _holder_from(fd: int) -> dict | None:
 
 def holder_at(path: Path) -> dict | None:
     """Who holds the lease at `path` now (None when it is free), without taking it."""
-    fd = _open_for_reading(Path(path), root_ok=False)
+    fd = _open_for_reading(Path(path))
     if fd is None:
         return None
     try:
