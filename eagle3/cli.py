@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import os
 import signal
@@ -11,15 +12,38 @@ import time
 from pathlib import Path
 from typing import Optional
 
+import click
 import typer
 from rich.console import Console
+from typer.core import TyperGroup
 from rich.markup import escape
 
 from . import phase_table
 from .config import DEFAULT_CONFIG, load_config, owned_dir_problem, remote_binds
 from .errors import ConfigError, HandoffError, PipelineError, echo
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+class _Commands(TyperGroup):
+    """The fixed commands, plus `eagle3 <phase>` for each row of the phase table, read when the
+    command line is parsed (EAGLE3_PHASE_TABLE may name another table)."""
+
+    def _phases(self) -> tuple[str, ...]:
+        try:
+            return phase_table.names()
+        except ConfigError:
+            return ()  # a bad EAGLE3_PHASE_TABLE: `eagle3 run` says why; --help still works
+
+    def list_commands(self, ctx) -> list[str]:
+        fixed = super().list_commands(ctx)
+        return fixed + [name for name in self._phases() if name not in fixed]
+
+    def get_command(self, ctx, name):
+        found = super().get_command(ctx, name)
+        if found is None and name in self._phases():
+            return phase_command(phase_table.get(name))
+        return found
+
+
+app = typer.Typer(cls=_Commands, add_completion=False, no_args_is_help=True,
                   help="Run the EAGLE-3 drafter pipeline (data generation -> hidden states -> training -> "
                        "speculative-decode benchmark) with a proven GPU handoff between phases.")
 out = Console()
@@ -155,41 +179,84 @@ def run(config: Path = ConfigArg,
 
 
 @contextlib.contextmanager
-def _phase_command(cfg, sup, phase: str, interrupted: str, resume: str = "a rerun resumes where this stopped",
-                   on_gate=None, wait_s: float = 0.0, own_server: bool = True):
-    """What every single-phase command shares: the run's leases, the phase's lock (the one
-    eagle3.pipeline.run_phase takes), then the recovery handoff (for this phase's ports; none when
-    the phase uses someone else's server), SIGTERM unwinding like
-    Ctrl-C, errors mapped to exit codes (2 bad input, 1 failure, 3 busy, 130 interrupted), and
-    the services the phase started ended."""
+def _phase_command(cfg, config: Path, sup, row: phase_table.Phase, wait_s: float, own_server: bool):
+    """What every single-phase command shares: the run's leases, then the recovery handoff (for this
+    phase's ports; none when the phase uses someone else's server), SIGTERM unwinding like Ctrl-C,
+    errors mapped to exit codes (2 bad input, 1 failure, 3 busy, 130 interrupted) with what a rerun
+    keeps, and the services the phase started ended. Recorded for `eagle3 status` (run.json,
+    progress.json) like a pipeline run. The phase itself runs through eagle3.pipeline.run_phase
+    (its lock, upstream check and markers), as in a pipeline run."""
     from .errors import GateError
-    from .phases import phase_lock
     from .progress_display import progress_display
+    from .runstate import recording
 
     signal.signal(signal.SIGTERM, _raise_interrupt)
     with contextlib.ExitStack() as stack:
         _lease(stack, cfg.run_dir, list(cfg.gpus), wait_s)
         # The same display as `eagle3 run`: live on a terminal; off one (a file, a scheduler's log) a
         # line per step and a heartbeat whenever nothing was printed for the interval.
-        stack.enter_context(progress_display(start=f"{phase} alone (`eagle3 {phase}`)"))
+        stack.enter_context(progress_display(start=f"{row.name} alone (`eagle3 {row.name}`)"))
         try:
-            stack.enter_context(phase_lock(cfg, phase))
-            _recover(cfg, sup, cfg.phase_ports(phase) if own_server else [])
-            yield
+            with recording(cfg, str(config.resolve()), [row.name]):
+                _recover(cfg, sup, cfg.phase_ports(row.name) if own_server else [])
+                yield
         except KeyboardInterrupt:
-            err.print(f"interrupted: {interrupted}")
+            err.print(f"interrupted: {row.keeps}")
             raise typer.Exit(130)
         except ConfigError as e:
             fail(str(e))
         except GateError as e:
-            if on_gate:
-                on_gate()
+            _print_report(cfg, row)
             fail(str(e), code=1)
         except PipelineError as e:
-            fail(f"{e}\n(retryable: {e.retryable}; {resume})", code=1)
+            fail(f"{e}\n(retryable: {e.retryable}; {row.keeps})", code=1)
         finally:
-            if sup is not None:
-                sup.stop_all()
+            sup.stop_all()
+
+
+def _run_one_phase(row: phase_table.Phase, config: Path, force: bool, wait: float, options: dict) -> None:
+    import logging
+
+    cfg = _load(config)
+    from .pipeline import run_phase, supervisor
+
+    given = {k: v for k, v in options.items() if v is not None}
+    foreign = any(o.foreign_server for o in row.options if o.keyword in given)
+    phase_log = logging.getLogger(f"eagle3.{row.name}")  # what the phase reports (kept/redone files, leftovers)
+    phase_log.setLevel(logging.INFO)
+    phase_log.addHandler(logging.StreamHandler())
+    sup = supervisor(cfg)
+    with _phase_command(cfg, config, sup, row, wait, own_server=not foreign):
+        marker = run_phase(cfg, row.name, sup, force=force, options=given)
+    out.print(f"[green]{row.name}[/]: {escape(marker['summary']['headline'])}", highlight=False, soft_wrap=True)
+    _print_report(cfg, row)
+
+
+def _print_report(cfg, row: phase_table.Phase) -> None:
+    report = cfg.phase_dir(row.name) / row.report if row.report else None
+    if report is not None and report.is_file():
+        out.print(report.read_text(), markup=False, highlight=False, soft_wrap=True)
+
+
+def phase_command(row: phase_table.Phase) -> click.Command:
+    """`eagle3 <phase> [CONFIG] [--force] [--wait S]` plus the row's own options, from its table row."""
+    def command(**kw) -> None:
+        config, force, wait = kw.pop("config"), kw.pop("force"), kw.pop("wait")
+        _run_one_phase(row, config, force, wait, kw)
+
+    P = inspect.Parameter
+    params = [P("config", P.POSITIONAL_OR_KEYWORD, default=ConfigArg, annotation=Path),
+              P("force", P.KEYWORD_ONLY, annotation=bool, default=typer.Option(
+                  False, "--force", help="Discard this phase's output and redo it (its DONE marker goes first, so an "
+                                         "interrupted redo leaves the phase not done).")),
+              P("wait", P.KEYWORD_ONLY, annotation=float, default=WaitOption)]
+    params += [P(o.keyword, P.KEYWORD_ONLY, annotation=Optional[str], default=typer.Option(None, o.flag, help=o.help))
+               for o in row.options]
+    command.__signature__ = inspect.Signature(params)
+    command.__annotations__ = {}
+    single = typer.Typer(add_completion=False)
+    single.command(row.name, help=row.help or f"Phase {row.name} alone: {row.produces}.")(command)
+    return typer.main.get_command(single)
 
 
 def _raise_interrupt(signum, frame):
@@ -208,11 +275,11 @@ def _print_outcome(cfg) -> None:
         marker = done_marker(cfg, phase)
         if marker:
             out.print(f"[green]done[/] {phase:8s} output {marker['fingerprint']}  ({escape(str(cfg.phase_dir(phase)))})")
-    report = cfg.phase_dir("bench") / "report.md"
-    if report.exists():
-        out.print(report.read_text(), markup=False, highlight=False, soft_wrap=True)
-        out.print(f"report: {report}\nplot:   {report.with_name('bench.png')}\n"
-                  f"json:   {report.with_name('results.json')}", markup=False, highlight=False, soft_wrap=True)
+    for row in phase_table.table():
+        _print_report(cfg, row)
+        if row.report and (report := cfg.phase_dir(row.name) / row.report).is_file():
+            out.print(f"report: {report}\nfiles:  {', '.join(sorted(p.name for p in report.parent.iterdir() if p.is_file()))}",
+                      markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command("make-tiny-model")
@@ -269,47 +336,6 @@ def make_prompts(
     except ConfigError as e:
         fail(str(e))
     out.print(f"[green]prompts[/]: {train} in {escape(str(paths[0]))}, {heldout} held out in {escape(str(paths[1]))}")
-
-
-@app.command()
-def datagen(config: Path = ConfigArg,
-            base_url: Optional[str] = typer.Option(
-                None, "--base-url", help="Use this already running OpenAI-compatible server (e.g. "
-                                         "http://127.0.0.1:8000, no /v1) instead of starting the configured one."),
-            wait: float = WaitOption,
-            ) -> None:
-    """Phase 1 alone: regenerate the prompt set's answers with the target (resumes; refuses changed settings)."""
-    cfg = _load(config)
-    from .phases.datagen import run_datagen
-    from .pipeline import supervisor
-
-    sup = None if base_url else supervisor(cfg)
-    with _phase_command(cfg, sup, "datagen", "finished rows are kept; rerun to resume", wait_s=wait,
-                        own_server=not base_url):
-        summary = run_datagen(cfg, sup, base_url=base_url)
-    out.print(f"[green]datagen[/]: {escape(summary.headline)}")
-
-
-@app.command()
-def extract(config: Path = ConfigArg,
-            force: bool = typer.Option(False, "--force", help="Discard this phase's outputs and redo it."),
-            wait: float = WaitOption,
-            ) -> None:
-    """Phase 2 alone: hidden states of phase 1's samples (resumes: valid files are kept, broken ones redone)."""
-    import logging
-
-    cfg = _load(config)
-    from .phases.extract import run_extract
-    from .pipeline import supervisor
-
-    phase_log = logging.getLogger("eagle3.extract")  # reports kept/redone files and leftovers it stopped
-    phase_log.setLevel(logging.INFO)
-    phase_log.addHandler(logging.StreamHandler())
-    sup = supervisor(cfg)
-    with _phase_command(cfg, sup, "extract", "finished hidden-state files are kept; rerun to resume",
-                        wait_s=wait):
-        summary = run_extract(cfg, sup, force=force)
-    out.print(f"[green]extract[/]: {escape(summary.headline)}")
 
 
 def _parse_gpus(text: str) -> list[int]:
@@ -450,26 +476,6 @@ def doctor(config: Path = ConfigArg,
     raise typer.Exit(1 if failed(checks) else 0)
 
 
-@app.command()
-def train(config: Path = ConfigArg, wait: float = WaitOption) -> None:
-    """Phase 3 alone: train the drafter (resumes, incl. an interrupted save), gate it for the serving
-    engine and export it where that engine's layout differs. Without GPUs: an UNTRAINED dry-run checkpoint."""
-    cfg = _load(config)
-    from .phases.train import run_train
-    from .pipeline import supervisor
-
-    sup = supervisor(cfg)
-    with _phase_command(cfg, sup, "train", "the trainer saves interrupted/ within train.stop_grace_s; "
-                        "rerun to resume from it", wait_s=wait):
-        manifest = run_train(cfg, sup).details
-    label = "[green]TRAINED[/]" if manifest["trained"] else f"[bold yellow]{manifest['status']}[/]"
-    out.print(f"train: {label}\n  checkpoint {escape(str(manifest['checkpoint']))} "
-              f"(gated for {manifest['engine']}, aux layer ids "
-              f"{manifest['aux_layer_ids']} in the {manifest['aux_layer_ids_convention']} convention)\n"
-              f"  epochs {manifest['epochs_completed']}/{manifest['epochs']}, global step {manifest['global_step']}",
-              highlight=False, soft_wrap=True)
-
-
 @app.command("check-drafter")
 def check_drafter_cmd(
         directory: Path = typer.Argument(..., help="Drafter checkpoint dir (config.json + model.safetensors)."),
@@ -517,22 +523,6 @@ def export_drafter_cmd(
     report = check_drafter(path, engine)
     (out if report.ok else err).print(report.render(), highlight=False, soft_wrap=True, markup=False)
     raise typer.Exit(0 if report.ok else 1)
-
-
-@app.command()
-def bench(config: Path = ConfigArg, wait: float = WaitOption) -> None:
-    """Phase 4 alone: baseline vs target + drafter for each k, on held-out prompts; writes results.json,
-    report.md, bench.png and a copy in bench-history/. Exit 1 if a trained drafter fails the acceptance gate."""
-    cfg = _load(config)
-    from .phases.bench import BenchPaths, run_bench
-    from .pipeline import supervisor
-
-    sup = supervisor(cfg)
-    show_report = lambda: out.print(BenchPaths.of(cfg).report.read_text(), markup=False)  # noqa: E731
-    with _phase_command(cfg, sup, "bench", "finished server runs are kept in bench/servers/; rerun to resume",
-                        resume="a rerun reuses the finished server runs", on_gate=show_report, wait_s=wait):
-        run_bench(cfg, sup)
-    out.print(BenchPaths.of(cfg).report.read_text(), markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command("make-test-drafter")

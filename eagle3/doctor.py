@@ -13,8 +13,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .process import procfs
-from . import progress
+from . import phase_table, progress
 from .config import PipelineConfig, default_aux_layer_ids, num_hidden_layers, remote_binds
 from .errors import ConfigError, PipelineError
 from .fsio import atomic_write_json, read_json
@@ -251,7 +250,7 @@ def check_shm(cfg: PipelineConfig, shm_dir: Path | None = None) -> Check:
 
 
 def check_drafter(cfg: PipelineConfig) -> Check | None:
-    manifest = read_json(cfg.phase_dir("train") / "manifest.json")
+    manifest = read_json(cfg.layout.train_manifest)
     if not manifest:
         return None
     from .checkpoints import check_drafter as gate
@@ -294,7 +293,7 @@ def run_doctor(cfg: PipelineConfig, sup: Supervisor | None = None, engines: bool
     timed(check_aux_layers, cfg)
     timed(check_network_exposure, cfg)
     if engines:
-        used = {"vllm", cfg.datagen.engine, cfg.bench.engine}
+        used = {engine for _, _, engine in phase_table.servers(cfg)}  # each serving phase's engine
         for engine in sorted(used):
             if getattr(cfg.engines, engine) is not None:
                 timed(check_engine_env, cfg, sup, engine)

@@ -68,7 +68,7 @@ def offline_estimate(cfg: PipelineConfig) -> Estimate:
     index = read_prepared_index(cfg)
     if index is not None:
         return exact_estimate(len(index["seq_len"]), sum(index["seq_len"]), per_token)
-    samples = cfg.phase_dir("datagen") / "samples.jsonl"
+    samples = cfg.layout.samples
     if samples.is_file() and samples.stat().st_size:
         return estimate_from_samples(samples, cfg.extract.seq_length, per_token)
     rows = cfg.datagen.max_samples or _count_lines(cfg.datagen.prompts)
@@ -78,7 +78,7 @@ def offline_estimate(cfg: PipelineConfig) -> Estimate:
 
 def read_prepared_index(cfg: PipelineConfig) -> dict | None:
     try:
-        data = owned.read_json(cfg.phase_dir("extract") / "prepared_index.json", what="prepared-data index")
+        data = owned.read_json(cfg.layout.prepared_index, what="prepared-data index")
         return data if isinstance(data, dict) and isinstance(data.get("seq_len"), list) else None
     except (OSError, ValueError, AttributeError):
         return None

@@ -31,6 +31,15 @@ REGISTRY = "services.json"
 REGISTRY_LOCK = "services.lock"
 OWNER_TOKEN = "owner-token"
 
+# Files one phase writes and another reads (or the phase table names as outputs): named here only.
+SAMPLES = "samples.jsonl"              # datagen/
+PREPARED_INDEX = "prepared_index.json"  # extract/
+EXTRACT_MANIFEST = "manifest.json"     # extract/
+TRAIN_MANIFEST = "manifest.json"       # train/
+HS_CACHE = "hs-cache"                  # train/, emptied by every handoff (the train row's purge)
+BENCH_RESULTS = "results.json"         # bench/
+BENCH_REPORT = "report.md"             # bench/
+
 
 def state_dir(run_dir: Path) -> Path:
     """Where a run dir keeps its registry and owner token; the handoff looks here too."""
@@ -96,10 +105,26 @@ class RunLayout:
         return self.root / phase
 
     @property
+    def samples(self) -> Path:
+        return self.phase_dir("datagen") / SAMPLES
+
+    @property
+    def prepared_index(self) -> Path:
+        return self.phase_dir("extract") / PREPARED_INDEX
+
+    @property
+    def train_manifest(self) -> Path:
+        return self.phase_dir("train") / TRAIN_MANIFEST
+
+    @property
+    def bench_report(self) -> Path:
+        return self.phase_dir("bench") / BENCH_REPORT
+
+    @property
     def hs_cache(self) -> Path:
-        """Where the extraction server writes on-demand hidden states for an online train step; the
-        handoff empties it (eagle3.handoff.hs_cache): nothing in it outlives the step that wrote it."""
-        return self.phase_dir("train") / "hs-cache"
+        """Where the extraction server writes on-demand hidden states for an online train step; every
+        handoff empties it (the train row's `purge`): nothing in it outlives the step that wrote it."""
+        return self.phase_dir("train") / HS_CACHE
 
     @property
     def handoffs(self) -> Path:

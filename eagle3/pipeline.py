@@ -1,9 +1,12 @@
 """Phase bookkeeping shared by the CLI and the Prefect flow: which phases to run, when a phase
 counts as done, and how a phase is run under supervision.
 
-A phase is done when its DONE marker exists and matches the phase's config fingerprint and the
-upstream output it was built from. The marker is written atomically after the phase's own
-validation passed, so a crash leaves either no marker or a complete one. Each marker carries
+A phase is done when its DONE marker exists, matches the phase's config fingerprint and the
+upstream output it was built from, and the outputs its table row names are still there. The
+marker is written atomically after the phase's own validation passed, so a crash leaves either
+no marker or a complete one; it is removed before a phase removes any output (a forced redo, a
+stale upstream), so an interrupted redo leaves the phase "not done", never "done" over a
+half-deleted output. Each marker carries
 its own fingerprint; a later phase records the fingerprint of the upstream it consumed, so a
 redone upstream invalidates everything downstream of it and nothing else.
 """
@@ -21,7 +24,7 @@ from pathlib import Path
 from . import __version__, phase_table, progress
 from .config import PipelineConfig
 from .errors import ConfigError
-from .fsio import atomic_write_json, read_json
+from .fsio import atomic_write_json, fsync_dir, read_json
 from .phases import PhaseSummary, phase_lock
 from .process.services import Supervisor
 
@@ -76,11 +79,22 @@ def _key(config: str | None, upstream: str | None) -> str:
     return f"{config}-{upstream}"
 
 
+def upstream_of(cfg: PipelineConfig, phase: str) -> str | None:
+    """The phase whose output this config makes `phase` consume: its row's upstream, unless its
+    section says it does not need it (a bench with a drafter of its own)."""
+    up = phase_table.get(phase).upstream
+    section = cfg.section(phase)
+    return up if up and (section is None or section.needs_upstream()) else None
+
+
 def is_done(cfg: PipelineConfig, phase: str) -> bool:
     marker = done_marker(cfg, phase)
-    up = phase_table.get(phase).upstream
+    if not marker:
+        return False
+    up = upstream_of(cfg, phase)
     current = output_fingerprint(cfg, up) if up else None
-    return bool(marker) and _key(marker.get("config"), marker.get("upstream")) == done_key(cfg, phase, current)
+    return (_key(marker.get("config"), marker.get("upstream")) == done_key(cfg, phase, current)
+            and not phase_table.get(phase).missing_outputs(cfg.phase_dir(phase)))
 
 
 def output_fingerprint(cfg: PipelineConfig, phase: str) -> str | None:
@@ -90,7 +104,7 @@ def output_fingerprint(cfg: PipelineConfig, phase: str) -> str | None:
 
 def require_upstream(cfg: PipelineConfig, phase: str) -> str | None:
     """Fingerprint of the finished upstream phase, or a clear error saying what to run first."""
-    up = phase_table.get(phase).upstream
+    up = upstream_of(cfg, phase)
     if up is None:
         return None
     if not is_done(cfg, up):
@@ -100,24 +114,31 @@ def require_upstream(cfg: PipelineConfig, phase: str) -> str | None:
 
 
 def clear_phase(cfg: PipelineConfig, phase: str) -> None:
+    """Forget the phase, markers first (durably), then its output: an interruption anywhere leaves
+    it "not done"."""
     _marker_path(cfg, phase).unlink(missing_ok=True)
     _started_path(cfg, phase).unlink(missing_ok=True)
+    if cfg.layout.state.is_dir():
+        fsync_dir(cfg.layout.state)
     shutil.rmtree(cfg.phase_dir(phase), ignore_errors=True)
 
 
 def run_phase(cfg: PipelineConfig, phase: str, sup: Supervisor | None = None, force: bool = False,
-              on_progress: progress.ProgressFn | None = None, force_token: str | None = None) -> dict:
+              on_progress: progress.ProgressFn | None = None, force_token: str | None = None,
+              options: dict | None = None) -> dict:
     """Run one phase to completion (resuming what a previous attempt left) and mark it done, under
-    the phase's lock (a second process on the same phase gets RunDirBusy at once).
+    the phase's lock (a second process on the same phase gets RunDirBusy at once). Every way of
+    running a phase comes here: the flow's task, `eagle3 run`, `eagle3 <phase>`.
 
     `force` wipes the phase's output first, once per `force_token`: a retried run that already
-    redid the phase under the same token keeps that fresh output instead of wiping it again."""
+    redid the phase under the same token keeps that fresh output instead of wiping it again.
+    `options`: the row's command options that were given, passed to the phase as keywords."""
     with phase_lock(cfg, phase):
-        return _run_locked(cfg, phase, sup, force, on_progress, force_token)
+        return _run_locked(cfg, phase, sup, force, on_progress, force_token, options or {})
 
 
 def _run_locked(cfg: PipelineConfig, phase: str, sup: Supervisor | None, force: bool,
-                on_progress: progress.ProgressFn | None, force_token: str | None) -> dict:
+                on_progress: progress.ProgressFn | None, force_token: str | None, options: dict) -> dict:
     upstream = require_upstream(cfg, phase)
     marker = done_marker(cfg, phase) or {}
     started = read_json(_started_path(cfg, phase)) or {}
@@ -139,7 +160,7 @@ def _run_locked(cfg: PipelineConfig, phase: str, sup: Supervisor | None, force: 
                                  if resuming else "started"))
     log.info("phase %s: starting (%s)", phase, "resuming a previous attempt" if resuming else "fresh")
     try:
-        summary = fn(cfg, sup, on_progress=on_progress)  # the phase contract (eagle3.phase_table.Phase.run)
+        summary = fn(cfg, sup, on_progress=on_progress, **options)  # the phase contract (eagle3.phase_table.Phase.run)
     except BaseException as e:
         sig = progress.interrupting_signal(e)
         message = progress.INTERRUPTED + sig if sig else progress.error_line(e)

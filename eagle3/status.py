@@ -83,7 +83,12 @@ def _hidden_states(run_dir: Path, views: dict[str, PhaseView]) -> dict:
             "filesystem_of": str(where)}
 
 
-def _phase_info(phase: str, v: PhaseView | None, marker: dict | None, status: str, now: float) -> dict:
+def _phase_info(phase: str, v: PhaseView | None, marker: dict | None, status: str, now: float,
+                phase_dir: Path) -> dict:
+    missing = phase_table.get(phase).missing_outputs(phase_dir) if marker else []
+    if missing:  # a DONE marker vouches only for output that is still there
+        line = f"not done: its output is gone ({', '.join(missing)} missing in {phase_dir}); a run redoes it"
+        return {"done": False, "output": None, "view": v.to_dict() if v else None, "line": line}
     if v is None:
         line = f"done in an earlier run, output {marker.get('fingerprint')}" if marker else "not started"
     elif v.finished_at is None and status != "running":
@@ -109,9 +114,11 @@ def collect(run_dir: Path, config_path: str | None = None, now: float | None = N
         status = "died"  # SIGKILL, OOM killer, power loss: it never got to record an outcome
     order = phase_table.names()
     running = [p for p in order if p in views and views[p].finished_at is None]
-    phases = {p: _phase_info(p, views.get(p), read_json(layout.done_marker(p)), status, now) for p in order}
+    phases = {p: _phase_info(p, views.get(p), read_json(layout.done_marker(p)), status, now, layout.phase_dir(p))
+              for p in order}
     current = running[-1] if running and status == "running" else None
-    report = layout.phase_dir("bench") / "report.md"
+    reports = [layout.phase_dir(p.name) / p.report for p in phase_table.table() if p.report]
+    report = next((r for r in reversed(reports) if r.exists()), None)
     return {
         "run_dir": str(run_dir), "config_path": (record or {}).get("config_path") or config_path,
         "name": (record or {}).get("name"), "status": status, "process": process,
@@ -125,7 +132,7 @@ def collect(run_dir: Path, config_path: str | None = None, now: float | None = N
         "activity": (views.get(prog.get("current")).to_dict() if prog.get("current") in views else None),
         "progress_updated_at": prog.get("updated_at"), "phases": phases, "services": _services(run_dir, now),
         "last_handoff": _last_handoff(run_dir), "failures": read_json(layout.failures, default={}),
-        "hidden_states": _hidden_states(run_dir, views), "report": str(report) if report.exists() else None,
+        "hidden_states": _hidden_states(run_dir, views), "report": str(report) if report else None,
         "now": now,
     }
 

@@ -5,6 +5,7 @@ fingerprint in the cache key, everything downstream of it."""
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from typing import Literal
 
@@ -20,7 +21,6 @@ from eagle3.pipeline import is_done, output_fingerprint, supervisor
 from eagle3.progress_display import unattended_lines
 from eagle3.runstate import recording
 from tasks.artifact_keys import artifact_key
-from tasks.bench_artifacts import publish_bench_artifacts
 from tasks.handoff import gpu_handoff
 from tasks.logs import route_pack_logs
 from tasks.phases import phase_task
@@ -105,6 +105,14 @@ def run_phases(config_path: str, phases: list[str], force: list[str], doctor: bo
             return _run_phases(cfg, config_path, phases, force, doctor)
 
 
+def _publish(cfg, phase: str, details: dict) -> None:
+    """The artifacts a phase's row names (`publish`: e.g. the benchmark's table, report and trend)."""
+    row = phase_table.get(phase)
+    if row.publish and details:
+        module, name = row.publish.split(":", 1)
+        getattr(importlib.import_module(module), name)(cfg.name, details)
+
+
 def _run_phases(cfg, config_path: str, phases: list[str], force: list[str], doctor: bool) -> dict:
     logger = get_run_logger()
     for line in remote_binds(cfg):  # allowed by the config (allow_remote); said at every run, doctor or not
@@ -125,16 +133,15 @@ def _run_phases(cfg, config_path: str, phases: list[str], force: list[str], doct
             results[phase] = phase_task.with_options(refresh_cache=refresh, result_storage=storage)(
                 config_path, phase, upstream=upstream, force=forced, force_token=token)
         except GateError as e:
-            if getattr(e, "summary", None):  # a benchmark regression: its table is what the operator needs
-                publish_bench_artifacts(cfg.name, e.summary.details)
+            if getattr(e, "summary", None):  # e.g. a benchmark regression: its table is what the operator needs
+                _publish(cfg, phase, e.summary.details)
             raise
         gpu_handoff(config_path, after=phase)
     rows = "\n".join(f"| {p} | {r['fingerprint']} |" for p, r in results.items())
     create_markdown_artifact(key=artifact_key(cfg.name, "pipeline"),
                              markdown=f"### {cfg.name}: phases run\n\n| phase | output |\n|---|---|\n{rows}\n")
-    bench = results.get("bench", {}).get("summary", {}).get("details", {})
-    if bench.get("results"):  # also when the phase came from the cache; a stand-in phase (tests) has none
-        publish_bench_artifacts(cfg.name, bench)
+    for phase, result in results.items():  # also when a phase came from the cache
+        _publish(cfg, phase, result.get("summary", {}).get("details", {}))
     logger.info("pipeline %s: %s done", cfg.name, ", ".join(results))
     return results
 

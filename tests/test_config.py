@@ -200,7 +200,7 @@ STRICT_SCALARS = [
 def _above_checkout_reason() -> str:
     """What refusing the checkout's parent names: "checkout", unless that parent is refused for a
     reason checked first (a clone made directly in /tmp sits under a system directory)."""
-    from eagle3 import config as config_module
+    from eagle3.config import dirs as config_module
 
     parent, home = os.path.realpath(REPO.parent), os.path.realpath(Path.home())
     if parent == home:
@@ -462,7 +462,8 @@ def _leaves(node, path=()):
 def test_any_value_in_any_field_is_taken_or_refused_never_a_crash(tmp_path, base):
     """Every field of a valid config (and every list item), set to each of a set of hostile values:
     parse_config returns or raises ConfigError with a bounded message; nothing else escapes."""
-    from eagle3.config import ConfigError, parse_config
+    from eagle3.config import parse_config
+    from eagle3.errors import ConfigError
 
     tried = 0
     for path in [p for p in _leaves(base) if p]:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from eagle3 import configdoc
-from eagle3.config import Bench, PipelineConfig, Server
+from eagle3.config import PipelineConfig, Server
+from eagle3.phases.bench_settings import Bench
 
 
 def test_readme_config_reference_is_the_generated_text():

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from eagle3 import hs_mode
-from eagle3.config import ConfigError
+from eagle3.errors import ConfigError
 from eagle3.doctor import FAIL, PASS, check_disk
 from eagle3.phases.extract_disk import HEADER_BYTES, exact_estimate
 from eagle3.layout import RunLayout
@@ -204,4 +204,4 @@ def test_handoff_purges_the_online_cache(tmp_path):
     cache.mkdir(parents=True)
     (cache / "req-9.safetensors").write_bytes(b"z" * 1234)
     report = run_handoff(tmp_path / "run", Handoff(shm_dir=tmp_path / "shm"), gpus=[], label="t")
-    assert report.ok and report.hs_cache_bytes_removed == 1234 and not cache.exists()
+    assert report.ok and report.scratch_bytes_removed == {str(cache): 1234} and not cache.exists()

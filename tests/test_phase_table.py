@@ -38,7 +38,7 @@ def test_derived_views_follow_the_table(make_config):
     ((*PIPELINE, replace(EXTRA, upstream="train")), "phase 'lint' has upstream 'train'; it must be the row before it"),
     ((*PIPELINE, replace(EXTRA, name="Lint")), "phase name 'Lint' must be lowercase"),
     ((*PIPELINE, replace(EXTRA, name="start")), "not start, end or run"),
-    ((*PIPELINE, replace(EXTRA, run="json.dumps")), "run must be 'module:function'"),
+    ((*PIPELINE, replace(EXTRA, run="json.dumps")), "run must be 'module:name'"),
 ])
 def test_a_bad_table_is_refused_naming_the_row(rows, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):

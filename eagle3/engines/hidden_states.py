@@ -12,6 +12,8 @@ import json
 import os
 from pathlib import Path
 
+from .probe import vllm_accepts
+
 ENGINE_SIDE_DIR = Path(__file__).resolve().parent.parent / "engine_side"
 GPU_CONNECTOR = "ExampleHiddenStatesConnector"  # vLLM's own, registered by name
 CPU_CONNECTOR = "CpuHiddenStatesConnector"      # ours: eagle3/engine_side/cpu_hidden_states_connector.py
@@ -43,3 +45,17 @@ def server_env(cpu: bool, engine_env: dict[str, str]) -> dict[str, str]:
         return {}
     existing = engine_env.get("PYTHONPATH") or os.environ.get("PYTHONPATH", "")
     return {"PYTHONPATH": os.pathsep.join(p for p in (str(ENGINE_SIDE_DIR), existing) if p)}
+
+
+def extraction_flags(cfg, sup, layer_ids: list[int], dtype: str,
+                           storage: Path) -> list[str]:
+    """The extraction server's flags, for the extract phase and the online train step alike. Whether
+    the render endpoint needs --enable-scale-out is the installed vLLM's own answer (one probe per run dir)."""
+    extra = server_args(layer_ids, storage, cpu=cfg.cpu_rehearsal,
+                                  scale_out_flag=vllm_accepts(cfg, sup, "--enable-scale-out"))
+    # Each request is a prepared sample (<= seq_length tokens) plus one generated token.
+    if cfg.extract.seq_length + 1 > cfg.target.max_model_len:
+        extra += ["--max-model-len", str(cfg.extract.seq_length + 1)]
+    if cfg.extract.hidden_states_dtype not in ("auto", cfg.target.dtype):
+        extra += ["--dtype", dtype]  # the saved dtype is the dtype the server computes in
+    return extra

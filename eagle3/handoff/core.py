@@ -25,7 +25,7 @@ from typing import Iterable, Iterator
 
 from .. import phase_table, progress
 from ..process import procfs
-from . import hs_cache, pycache, shm, systemd
+from . import pycache, scratch, shm, systemd
 from ..phase_table import next_phase
 from ..config import Handoff, PipelineConfig
 from ..errors import HandoffError, PipelineError
@@ -58,9 +58,10 @@ class HandoffReport:
     holders: list[dict] = field(default_factory=list)
     observers: list[dict] = field(default_factory=list)  # fd-only holders with no GPU context: not blocking
     stuck: list[dict] = field(default_factory=list)  # owned processes that survived SIGKILL
-    ports: list[dict] = field(default_factory=list)
+    ports: list[dict] = field(default_factory=list)  # listeners found on them (blockers)
+    ports_checked: list[int] = field(default_factory=list)  # the ports proven free
     shm: dict = field(default_factory=dict)
-    hs_cache_bytes_removed: int = 0
+    scratch_bytes_removed: dict[str, int] = field(default_factory=dict)  # per purged dir
     pycache: dict = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     path: str = ""
@@ -119,6 +120,8 @@ def run_handoff(run_dir: Path, settings: Handoff, gpus: list[int] | None, ports:
     run_dir = Path(run_dir)
     report = HandoffReport(label=label, run_dir=str(run_dir), threshold_mib=settings.used_mib_threshold,
                            started_at=datetime.now(timezone.utc).isoformat(timespec="milliseconds"))
+    ports = sorted(set(ports))
+    report.ports_checked = ports
     step = _Steps(report)
     # Quiet: a handoff shows one line when it ends; while it blocks, the heartbeat says so.
     progress.emit(progress.Event("handoff", progress.START, quiet=True,
@@ -171,10 +174,10 @@ def run_handoff(run_dir: Path, settings: Handoff, gpus: list[int] | None, ports:
                 except PipelineError:
                     pass  # the verification loop below reports NVML errors
 
-        with step("hidden-state cache") as rec:  # an online train step's files: no reader outlives it
-            removed = hs_cache.purge(RunLayout(run_dir).hs_cache)
-            report.hs_cache_bytes_removed = removed
-            rec["detail"] = f"{removed} bytes removed"
+        with step("scratch dirs") as rec:  # the rows' `purge` (an online train step's cache): no reader outlives them
+            for path in phase_table.scratch_dirs(run_dir):
+                report.scratch_bytes_removed[str(path)] = scratch.purge(path)
+            rec["detail"] = f"{sum(report.scratch_bytes_removed.values())} bytes removed"
 
         with step("/dev/shm") as rec:
             result = shm.purge(settings.shm_dir)

@@ -55,7 +55,7 @@ from ..engines.serving import api_key, base_url, start_server
 from ..engines.speculative import acceptance_source, spec_args
 from ..errors import CommandFailed, ConfigError, GateError, TransientError
 from ..fsio import atomic_write_json, read_input_json, read_json
-from ..layout import RunLayout
+from ..layout import BENCH_REPORT, BENCH_RESULTS, RunLayout
 from ..openai_client import OpenAIClient, RetryPolicy
 from ..progress import PhaseProgress
 from ..prompts import load_prompts
@@ -63,6 +63,7 @@ from ..promptsets import load_prompt_set
 from ..report import write_report
 from ..process.services import Process, Supervisor
 from . import PhaseSummary, ProgressFn, run_coroutine
+from .train_manifest import read_train_manifest
 
 PHASE = "bench"
 SCHEMA = 1
@@ -79,8 +80,8 @@ class BenchPaths:
     def of(cls, cfg: PipelineConfig) -> "BenchPaths":
         return cls(cfg.phase_dir(PHASE), RunLayout(cfg.run_dir).bench_history)
 
-    results = property(lambda self: self.dir / "results.json")
-    report = property(lambda self: self.dir / "report.md")
+    results = property(lambda self: self.dir / BENCH_RESULTS)
+    report = property(lambda self: self.dir / BENCH_REPORT)
     plot = property(lambda self: self.dir / "bench.png")
     trend = property(lambda self: self.dir / "trend.md")
     trend_plot = property(lambda self: self.dir / "trend.png")
@@ -106,19 +107,17 @@ def resolve_drafter(cfg: PipelineConfig) -> dict:
                 "status": "TRAINED (as declared by bench.drafter_trained)" if b.drafter_trained else "UNTRAINED",
                 "aux_layer_ids": drafter_aux_ids(b.drafter), "aux_layer_ids_convention": None,
                 "train_manifest": None, "data": (read_input_json(b.drafter / PROVENANCE) or {}).get("data")}
-    from .train import TrainPaths, read_train_manifest
-
     m = read_train_manifest(cfg)
     path = Path(m["checkpoint"])
     if m.get("engine") not in (None, b.engine):
-        raise ConfigError(f"{TrainPaths.of(cfg).manifest}: the drafter was gated and exported for {m['engine']!r}, but "
+        raise ConfigError(f"{cfg.layout.train_manifest}: the drafter was gated and exported for {m['engine']!r}, but "
                           f"bench.engine is {b.engine!r}; rerun the train phase (`eagle3 run --from train`)")
     if not (path / "config.json").is_file():
-        raise ConfigError(f"{TrainPaths.of(cfg).manifest}: checkpoint {str(path)!r} is missing; rerun the train phase")
+        raise ConfigError(f"{cfg.layout.train_manifest}: checkpoint {str(path)!r} is missing; rerun the train phase")
     return {"path": str(path), "trained": bool(m["trained"]), "source": "train manifest", "status": m.get("status"),
             "aux_layer_ids": m.get("aux_layer_ids"), "aux_layer_ids_convention": m.get("aux_layer_ids_convention"),
             "aux_layer_ids_vllm": m.get("aux_layer_ids_vllm"), "config_aux_layer_ids": drafter_aux_ids(path),
-            "train_manifest": str(TrainPaths.of(cfg).manifest), "val_full_acc": m.get("val_full_acc"),
+            "train_manifest": str(cfg.layout.train_manifest), "val_full_acc": m.get("val_full_acc"),
             "data": m.get("data")}
 
 
@@ -148,10 +147,8 @@ def training_prompts(cfg: PipelineConfig) -> list:
 def _datagen_ids(cfg: PipelineConfig) -> set[str] | None:
     """Ids data generation wrote (None if it has no samples file). Read-only and tolerant of a
     torn last row: this phase must never modify phase 1's files."""
-    from .datagen import DatagenPaths
-
     try:
-        data = DatagenPaths.of(cfg).samples.read_bytes()
+        data = cfg.layout.samples.read_bytes()
     except FileNotFoundError:
         return None
     ids = set()

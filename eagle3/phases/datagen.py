@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 from ..appendlog import AppendLog, recover
 from ..config import PipelineConfig
+from ..layout import SAMPLES
 from ..engines.serving import base_url as server_url
 from ..engines.serving import api_key, start_server
 from ..errors import ConfigError, GateError, TransientError
@@ -51,7 +52,7 @@ class DatagenPaths:
 
     @property
     def samples(self) -> Path:
-        return self.dir / "samples.jsonl"
+        return self.dir / SAMPLES
 
     @property
     def failures(self) -> Path:

@@ -38,9 +38,9 @@ from pathlib import Path
 
 from .. import progress
 from ..config import PipelineConfig
+from ..layout import EXTRACT_MANIFEST, PREPARED_INDEX
 from ..engines import hidden_states as hs_server
 from ..engines import speculators as spec_cli
-from ..engines.probe import vllm_accepts
 from ..engines.serving import base_url, client_env, start_server
 from ..errors import ConfigError, GateError, PipelineError, TransientError
 from ..fsio import atomic_write_json, read_json
@@ -56,7 +56,7 @@ from .hs_files import HS_NAME, Expect, PreparedIndex, Scan, scan_dir
 from .. import hs_mode
 
 __all__ = ["run_extract", "read_extract_manifest", "ExtractManifest", "ExtractSummary", "ExtractPaths",
-           "datagen_samples_path", "stop_leftovers"]
+           "stop_leftovers"]
 
 PHASE = "extract"
 SMALL_FILE = 16 * 2**20  # model files up to this size are hashed; larger ones (weights) by name and size
@@ -67,24 +67,17 @@ class ExtractPaths:
 
     prepared = property(lambda self: self.dir / "prepared")
     prepared_partial = property(lambda self: self.dir / "prepared.partial")
-    index = property(lambda self: self.dir / "prepared_index.json")
+    index = property(lambda self: self.dir / PREPARED_INDEX)
     hidden_states = property(lambda self: self.dir / "hidden_states")
     staging = property(lambda self: self.dir / "staging")
     settings = property(lambda self: self.dir / "settings.json")
-    manifest = property(lambda self: self.dir / "manifest.json")
+    manifest = property(lambda self: self.dir / EXTRACT_MANIFEST)
     summary = property(lambda self: self.dir / "summary.json")
     logs = property(lambda self: self.dir / "logs")
 
     @classmethod
     def of(cls, cfg: PipelineConfig) -> "ExtractPaths":
         return cls(cfg.phase_dir(PHASE))
-
-
-def datagen_samples_path(cfg: PipelineConfig) -> Path:
-    """Phase 1's output, the one input of this phase (the datagen phase's DatagenPaths.samples)."""
-    from .datagen import DatagenPaths
-
-    return DatagenPaths.of(cfg).samples
 
 
 @dataclass
@@ -140,24 +133,13 @@ def _fingerprint(settings: dict) -> str:
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _check_settings(paths: ExtractPaths, settings: dict, force: bool) -> None:
+def _check_settings(paths: ExtractPaths, settings: dict) -> None:
     old = read_json(paths.settings)
     if old is not None and old != settings:
-        if force:
-            log.warning("extract: settings changed; --force discards the outputs in %s", paths.dir)
-            wipe(paths)
-        else:
-            keys = sorted(k for k in set(old) | set(settings) if old.get(k) != settings.get(k))
-            raise ConfigError(f"{paths.dir}: the hidden states there were made with other settings (changed: "
-                              f"{', '.join(keys)}); restore them, or redo the phase (`eagle3 extract CONFIG --force`, "
-                              "`eagle3 run --from extract --force extract`)")
-
-
-def wipe(paths: ExtractPaths) -> None:
-    for d in (paths.prepared, paths.prepared_partial, paths.hidden_states, paths.staging):
-        shutil.rmtree(d, ignore_errors=True)
-    for f in (paths.index, paths.manifest, paths.summary, paths.settings):
-        f.unlink(missing_ok=True)
+        keys = sorted(k for k in set(old) | set(settings) if old.get(k) != settings.get(k))
+        raise ConfigError(f"{paths.dir}: the hidden states there were made with other settings (changed: "
+                          f"{', '.join(keys)}); restore them, or redo the phase (`eagle3 extract CONFIG --force`, "
+                          "`eagle3 run --from extract --force extract`)")
 
 
 # ---- supervised steps ------------------------------------------------------------------------------
@@ -186,20 +168,6 @@ def _command(cfg: PipelineConfig, paths: ExtractPaths, name: str, argv: list[str
     return LaunchSpec(name=f"extract-{name}", argv=argv, log=paths.logs / f"{name}.log", phase=PHASE,
                       env=env, stop_grace_s=cfg.extract.server.stop_grace_s,
                       hang_timeout_s=cfg.extract.server.hang_timeout_s)
-
-
-def extraction_server_args(cfg: PipelineConfig, sup: Supervisor, layer_ids: list[int], dtype: str,
-                           storage: Path) -> list[str]:
-    """The extraction server's flags, for this phase and for the online train phase alike. Whether
-    the render endpoint needs --enable-scale-out is the installed vLLM's own answer (one probe per run dir)."""
-    extra = hs_server.server_args(layer_ids, storage, cpu=cfg.cpu_rehearsal,
-                                  scale_out_flag=vllm_accepts(cfg, sup, "--enable-scale-out"))
-    # Each request is a prepared sample (<= seq_length tokens) plus one generated token.
-    if cfg.extract.seq_length + 1 > cfg.target.max_model_len:
-        extra += ["--max-model-len", str(cfg.extract.seq_length + 1)]
-    if cfg.extract.hidden_states_dtype not in ("auto", cfg.target.dtype):
-        extra += ["--dtype", dtype]  # the saved dtype is the dtype the server computes in
-    return extra
 
 
 def _run_against(sup: Supervisor, server: Process, spec: LaunchSpec) -> None:
@@ -322,8 +290,7 @@ def _clean_scan(paths: ExtractPaths, scan: Scan) -> None:
             path.unlink(missing_ok=True)
 
 
-def run_extract(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | None = None,
-                force: bool = False) -> PhaseSummary:
+def run_extract(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | None = None) -> PhaseSummary:
     """Extract (or finish extracting) hidden states for phase 1's samples; returns the summary (details:
     the ExtractSummary, also written to summary.json). The caller holds the phase lock. Raises
     ConfigError before anything starts (layer ids, changed settings, max_disk_bytes), DiskSpaceError
@@ -331,12 +298,12 @@ def run_extract(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | 
     t0 = time.monotonic()
     paths = ExtractPaths.of(cfg)
     plan = resolve_layer_plan(cfg)  # before the phase dir is even created
-    samples = datagen_samples_path(cfg)
+    samples = cfg.layout.samples  # the datagen phase's output
     if not samples.is_file() or samples.stat().st_size == 0:
         raise ConfigError(f"phase 'extract' needs phase 1's output {samples}; run the datagen phase first "
                           "(`eagle3 run --only datagen`)")
     paths.dir.mkdir(parents=True, exist_ok=True)
-    summary = _extract(cfg, sup, paths, plan, samples, PhaseProgress(PHASE, on_progress, unit="samples"), force, t0)
+    summary = _extract(cfg, sup, paths, plan, samples, PhaseProgress(PHASE, on_progress, unit="samples"), t0)
     files = (f"{summary.samples} hidden-state files ({summary.kept_files} kept, {summary.new_files} new, "
              f"{summary.redone_files} redone)" if summary.mode == "offline" else
              f"{summary.samples} samples prepared, hidden states {summary.mode} (no files)")
@@ -346,13 +313,11 @@ def run_extract(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | 
 
 
 def _extract(cfg: PipelineConfig, sup: Supervisor, paths: ExtractPaths, plan: LayerPlan, samples: Path,
-             report: PhaseProgress, force: bool, t0: float) -> ExtractSummary:
+             report: PhaseProgress, t0: float) -> ExtractSummary:
     dtype = extraction_dtype(cfg)
     per_token = bytes_per_token(len(plan.layer_ids), plan.hidden_size, DTYPE_BYTES[dtype])
     settings = content_settings(cfg, plan, dtype, samples)
-    if force:
-        wipe(paths)
-    _check_settings(paths, settings, force)
+    _check_settings(paths, settings)  # a forced redo (eagle3.pipeline.run_phase) has removed them already
 
     # Preflight: nothing has started yet.
     estimate = estimate_from_samples(samples, cfg.extract.seq_length, per_token)
@@ -384,7 +349,7 @@ def _extract(cfg: PipelineConfig, sup: Supervisor, paths: ExtractPaths, plan: La
         nonlocal server
         if server is None:
             server = start_server(sup, cfg, PHASE, "vllm", cfg.extract.server,
-                                  extra_args=extraction_server_args(cfg, sup, list(plan.layer_ids), dtype, paths.staging),
+                                  extra_args=hs_server.extraction_flags(cfg, sup, list(plan.layer_ids), dtype, paths.staging),
                                   env=hs_server.server_env(cfg.cpu_rehearsal, cfg.engines.vllm.env))
         return server
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..config import PipelineConfig, default_aux_layer_ids, num_hidden_layers
 from ..errors import ConfigError, PipelineError
+from ..layout import EXTRACT_MANIFEST
 from ..fsio import atomic_write_json, read_json
 
 PHASE = "extract"
@@ -140,7 +141,7 @@ class ExtractManifest:
 
 
 def manifest_path(cfg: PipelineConfig) -> Path:
-    return cfg.phase_dir(PHASE) / "manifest.json"
+    return cfg.phase_dir(PHASE) / EXTRACT_MANIFEST
 
 
 def write_manifest(cfg: PipelineConfig, manifest: ExtractManifest) -> Path:

@@ -40,15 +40,16 @@ from ..engines.drafter_formats import ENGINE_CONVENTION, LAYER_INPUT, PROVENANCE
 from ..engines.speculators import train_argv
 from ..errors import CommandFailed, ConfigError, GateError, PipelineError, TrainingStopped
 from ..fsio import atomic_write_json, fsync_dir, read_json
+from ..layout import TRAIN_MANIFEST
 from ..progress import PhaseProgress
 from ..process.services import LaunchSpec, Supervisor
 from ..train_resume import INTERRUPTED, checkpoint_freq_allows_resume, finished_checkpoint, prepare_resume
 from . import PhaseSummary, ProgressFn, train_online
 from .extract_manifest import ExtractManifest, manifest_path, read_extract_manifest
 from .train_log import follow_training, validation_full_acc
+from .train_manifest import MANIFEST_SCHEMA, read_train_manifest
 
 PHASE = "train"
-MANIFEST_SCHEMA = 1
 UNTRAINED = ("UNTRAINED: speculators train --dry-run (no accelerator); initialised weights, not a result - "
              "acceptance measured with it says nothing about a trained drafter")
 # SGLang's EAGLE-3 drafter has none of these options (docs/FACTS.md §2); train without them.
@@ -65,24 +66,12 @@ class TrainPaths:
 
     checkpoints = property(lambda self: self.dir / "checkpoints")
     dry_run = property(lambda self: self.dir / "dry-run")
-    manifest = property(lambda self: self.dir / "manifest.json")
+    manifest = property(lambda self: self.dir / TRAIN_MANIFEST)
     gate = property(lambda self: self.dir / "gate.json")
     log = property(lambda self: self.dir / "logs" / "train.log")
 
     def export(self, engine: str) -> Path:
         return self.dir / f"export-{engine}"
-
-
-def read_train_manifest(cfg: PipelineConfig) -> dict:
-    """The phase's output for the benchmark: which dir to serve, trained or not, aux ids."""
-    path = TrainPaths.of(cfg).manifest
-    data = read_json(path)
-    if data is None:
-        raise ConfigError(f"{path}: no training manifest; run the train phase first (`eagle3 train CONFIG`)")
-    if data.get("schema") != MANIFEST_SCHEMA:
-        raise ConfigError(f"{path}: manifest schema {data.get('schema')!r}, this pack reads {MANIFEST_SCHEMA}; "
-                          "rerun the train phase")
-    return data
 
 
 def use_dry_run(cfg: PipelineConfig) -> bool:

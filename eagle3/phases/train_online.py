@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Iterator
 
 from .. import hs_mode, progress
-from ..handoff import hs_cache
+from ..handoff import scratch
 from ..config import PipelineConfig
 from ..engines import hidden_states as hs_server
 from ..engines.serving import base_url, client_env, start_server
@@ -33,7 +33,6 @@ from ..errors import GateError, PipelineError, TrainingStopped
 from ..fsio import atomic_write_json
 from ..process.services import LaunchSpec, Process, Supervisor
 from ..ticker import Ticker
-from .extract import extraction_server_args
 from .extract_manifest import ExtractManifest
 
 PHASE = "train"
@@ -126,7 +125,7 @@ def served_name(cfg: PipelineConfig) -> str:
 def extraction_server(cfg: PipelineConfig, sup: Supervisor, ext: ExtractManifest) -> Iterator[tuple[Process, CacheGuard]]:
     """The co-scheduled extraction server and the guard of its cache, for the body of the step."""
     cache = cfg.layout.hs_cache
-    hs_cache.purge(cache)  # files of a killed run: no reader is left for them
+    scratch.purge(cache)  # files of a killed run: no reader is left for them
     cache.mkdir(parents=True)
     largest = None
     index = hs_mode.read_prepared_index(cfg)
@@ -135,7 +134,7 @@ def extraction_server(cfg: PipelineConfig, sup: Supervisor, ext: ExtractManifest
     bound = hs_mode.cache_bound(cfg, largest)
     progress.step(PHASE, f"starting the extraction server for on-demand hidden states (cache bound {bound} bytes)")
     server = start_server(sup, cfg, PHASE, "vllm", cfg.extract.server,
-                          extra_args=extraction_server_args(cfg, sup, list(ext.layer_ids), ext.dtype, cache),
+                          extra_args=hs_server.extraction_flags(cfg, sup, list(ext.layer_ids), ext.dtype, cache),
                           env=hs_server.server_env(cfg.cpu_rehearsal, cfg.engines.vllm.env),
                           gpus=list(cfg.hidden_states.server_gpus), served_name=served_name(cfg))
     guard = CacheGuard(cache, bound, on_exceeded=sup.stop_all)
@@ -151,7 +150,7 @@ def extraction_server(cfg: PipelineConfig, sup: Supervisor, ext: ExtractManifest
                 raise
     finally:
         server.stop()
-        hs_cache.purge(cache)
+        scratch.purge(cache)
     if guard.stats.exceeded:
         raise _exceeded(guard)
 

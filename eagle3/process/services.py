@@ -16,7 +16,6 @@ import logging
 import os
 import re
 import secrets
-import signal
 import subprocess
 import time
 import uuid
@@ -28,12 +27,11 @@ from .. import layout, owned
 from . import procfs
 from ..errors import CommandFailed, ServiceExited, ServiceHung, ServiceStartTimeout
 from ..fsio import atomic_write_json, file_lock, read_json, tail
-from .terminate import KILL_WAIT_S
+from .terminate import escalate, stuck
 
 log = logging.getLogger("eagle3.services")
 OWNER_ENV = "EAGLE3_OWNER_TOKEN"
 SERVICE_ENV = "EAGLE3_SERVICE_ID"
-POLL_S = 0.05
 LAUNCH_MARKER = "==> eagle3: launching "
 state_dir_for = layout.state_dir  # the name the process layer's callers know it by
 
@@ -237,43 +235,18 @@ def stop_entry(entry: Entry, token: str, grace_s: float, reap: Callable[[], obje
             except ProcessLookupError:
                 pass
 
-    def wait(seconds: float) -> list[int]:
-        deadline = time.monotonic() + seconds
-        while (left := remaining()) and time.monotonic() < deadline:
-            time.sleep(POLL_S)
-        return left
-
-    used = "SIGTERM"
-    send(signal.SIGTERM)
-    left = wait(grace_s)
-    if left:
-        used = "SIGKILL"
-        send(signal.SIGKILL)
-        # SIGKILL only marks the task; memory and fds are released as it exits. D-state can block.
-        left = wait(KILL_WAIT_S)
+    result = escalate(send, remaining, grace_s)
     if reap:
         reap()  # the leader may have turned zombie after the last poll; do not leave it unreaped
-    stuck = _stuck(left)
-    note = "" if not left else ("survived SIGKILL (" + "; ".join(f"PID {t['pid']}: {t['describe']}" for t in stuck)
+    left, stuck_ones = result.survivors, stuck(result.survivors)
+    note = "" if not left else ("survived SIGKILL (" + "; ".join(f"PID {t['pid']}: {t['describe']}" for t in stuck_ones)
                                 + "): drain or reboot the node")
     if not group_ours and verdict != "gone":
         why = "now belongs to another process" if verdict == "reused" else "does not carry this run's token"
         note = (f"PID {entry.pid} {why} (group left alone); "
                 f"ended processes carrying this service's markers. {note}").strip()
-    return StopOutcome(entry.id, entry.name, entry.pgid, members, used, round(time.monotonic() - t0, 3), left, note=note,
-                       stuck=stuck)
-
-
-def _stuck(pids: list[int]) -> list[dict]:
-    """Why each survivor of SIGKILL is still there, as the kernel says (state D: inside a driver or
-    I/O call that SIGKILL cannot interrupt)."""
-    out = []
-    for pid in pids:
-        state, info = procfs.task_state(pid), procfs.read_stat(pid)
-        if state is not None:
-            out.append({"pid": pid, "comm": info.comm if info else "?", **state.to_dict(),
-                        "describe": state.describe()})
-    return out
+    return StopOutcome(entry.id, entry.name, entry.pgid, members, result.signal, round(time.monotonic() - t0, 3), left,
+                       note=note, stuck=stuck_ones)
 
 
 # ---- readiness and watchdog --------------------------------------------------------------------

@@ -1,8 +1,11 @@
-"""Ending single processes that were proven ours, without ever signalling a reused PID.
+"""The one way the pack ends processes: `escalate` (SIGTERM, a polled grace period, SIGKILL, a wait
+for the exit, and the kernel's word on any survivor). A service's process group (eagle3.process.services
+.stop_entry) and single processes proven ours (`end_processes`, used by the handoff) both go through it;
+only how the signal is delivered differs.
 
-Each target is pinned with a pidfd first and its start time re-checked through /proc after the
-pidfd exists: from then on the signal can only reach that very process, even if it exits and the
-PID is handed out again. Then SIGTERM, a polled grace period, SIGKILL, and a wait for the exit.
+`end_processes` never signals a reused PID: each target is pinned with a pidfd first and its start
+time re-checked through /proc after the pidfd exists, so from then on the signal can only reach that
+very process, even if it exits and the PID is handed out again.
 """
 
 from __future__ import annotations
@@ -12,10 +15,50 @@ import select
 import signal
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 from . import procfs
 
 KILL_WAIT_S = 10.0  # after SIGKILL: a big CUDA context is torn down in seconds, not minutes
+POLL_S = 0.05
+
+
+@dataclass
+class Escalation:
+    signal: str  # the last signal sent: "SIGTERM" or "SIGKILL"
+    killed: list[int]  # still there when the grace ran out: sent SIGKILL
+    survivors: list[int]  # still there after SIGKILL (a kernel wait SIGKILL cannot interrupt)
+
+
+def escalate(send: Callable[[int], None], remaining: Callable[[], list[int]], grace_s: float,
+             poll_s: float = POLL_S) -> Escalation:
+    """SIGTERM to what `send` reaches, up to `grace_s` for `remaining()` to empty, then SIGKILL and
+    up to KILL_WAIT_S more (SIGKILL only marks a task; its memory is released as it exits)."""
+    send(signal.SIGTERM)
+    left = _wait_for(remaining, grace_s, poll_s)
+    if not left:
+        return Escalation("SIGTERM", [], [])
+    send(signal.SIGKILL)
+    return Escalation("SIGKILL", left, _wait_for(remaining, KILL_WAIT_S, poll_s))
+
+
+def _wait_for(remaining: Callable[[], list[int]], seconds: float, poll_s: float) -> list[int]:
+    deadline = time.monotonic() + seconds
+    while (left := remaining()) and time.monotonic() < deadline:
+        time.sleep(poll_s)
+    return left
+
+
+def stuck(pids: list[int]) -> list[dict]:
+    """Why each survivor of SIGKILL is still there, as the kernel says (state D: inside a driver or
+    I/O call that SIGKILL cannot interrupt)."""
+    out = []
+    for pid in pids:
+        state, info = procfs.task_state(pid), procfs.read_stat(pid)
+        if state is not None:
+            out.append({"pid": pid, "comm": info.comm if info else "?", **state.to_dict(),
+                        "describe": state.describe()})
+    return out
 
 
 @dataclass
@@ -39,7 +82,7 @@ def _exited(pidfd: int, pid: int) -> bool:
 
 
 def end_processes(targets: list[tuple[int, int | None, str, str]], grace_s: float,
-                  poll_s: float = 0.05) -> list[Ended]:
+                  poll_s: float = POLL_S) -> list[Ended]:
     """targets: (pid, start_ticks seen when classified, command line, why it is ours)."""
     t0 = time.monotonic()
     pinned: list[tuple[int, int, str, str]] = []
@@ -55,15 +98,26 @@ def end_processes(targets: list[tuple[int, int | None, str, str]], grace_s: floa
             results.append(Ended(pid, cmd, why, "skipped", "not ours any more", 0.0))
             continue
         pinned.append((fd, pid, cmd, why))
+    sent: set[int] = set()
+
+    def remaining() -> list[int]:
+        return [pid for fd, pid, *_ in pinned if not _exited(fd, pid)]
+
+    def send(sig: int) -> None:
+        live = set(remaining())
+        for fd, pid, *_ in pinned:
+            if pid in live:
+                try:
+                    signal.pidfd_send_signal(fd, sig)
+                    sent.add(pid)
+                except ProcessLookupError:
+                    pass
+
     try:
-        used = _signal_all(pinned, signal.SIGTERM)
-        _wait(pinned, grace_s, poll_s)
-        survivors = [p for p in pinned if not _exited(p[0], p[1])]
-        killed = _signal_all(survivors, signal.SIGKILL)
-        _wait(survivors, KILL_WAIT_S, poll_s)
+        result = escalate(send, remaining, grace_s, poll_s) if pinned else Escalation("SIGTERM", [], [])
         elapsed = round(time.monotonic() - t0, 3)
         for fd, pid, cmd, why in pinned:
-            sig = "SIGKILL" if pid in killed else ("SIGTERM" if pid in used else "none")
+            sig = "SIGKILL" if pid in result.killed else ("SIGTERM" if pid in sent else "none")
             stuck = None if _exited(fd, pid) else procfs.task_state(pid)
             outcome = "survived SIGKILL" if stuck else "exited"
             results.append(Ended(pid, cmd, why, sig, outcome, elapsed, stuck.describe() if stuck else ""))
@@ -71,20 +125,3 @@ def end_processes(targets: list[tuple[int, int | None, str, str]], grace_s: floa
         for fd, *_ in pinned:
             os.close(fd)
     return results
-
-
-def _signal_all(pinned, sig: int) -> set[int]:
-    sent = set()
-    for fd, pid, *_ in pinned:
-        try:
-            signal.pidfd_send_signal(fd, sig)
-            sent.add(pid)
-        except ProcessLookupError:
-            pass
-    return sent
-
-
-def _wait(pinned, timeout_s: float, poll_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while any(not _exited(fd, pid) for fd, pid, *_ in pinned) and time.monotonic() < deadline:
-        time.sleep(poll_s)

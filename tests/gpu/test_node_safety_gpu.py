@@ -118,7 +118,7 @@ def test_observer_beside_a_foreign_cuda_process_only_the_cuda_process_is_named(t
 
 def test_cuda_service_that_survives_sigkill_is_named_with_state_and_gpu(tmp_path, nv, idle, monkeypatch, freezer):
     """A real CUDA process in state D (frozen by a cgroup-v1 freezer) that SIGKILL cannot end."""
-    monkeypatch.setattr("eagle3.process.services.KILL_WAIT_S", 3.0)
+    monkeypatch.setattr("eagle3.process.terminate.KILL_WAIT_S", 3.0)
     sup = Supervisor(state_dir_for(tmp_path / "run"))
     log = tmp_path / "cuda.log"
     proc = sup.launch(LaunchSpec(name="cuda", argv=[sys.executable, str(HERE / "cuda_service.py"), "--gib", "2",

@@ -157,7 +157,7 @@ def test_observer_beside_a_foreign_cuda_process_only_the_cuda_process_is_named(e
 
 
 def test_service_that_survives_sigkill_is_named_with_its_state_and_the_gpu_it_pins(env, monkeypatch, freezer):
-    monkeypatch.setattr("eagle3.process.services.KILL_WAIT_S", 1.0)
+    monkeypatch.setattr("eagle3.process.terminate.KILL_WAIT_S", 1.0)
     proc = env.launch(HOLD, env.gpus.device(0), "ignore-term")
     freezer.freeze(proc.pid)  # state D, as a task stuck in a driver call: SIGKILL stays pending
     t0 = time.monotonic()

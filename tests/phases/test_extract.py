@@ -19,7 +19,7 @@ import pytest
 
 from eagle3.process import procfs
 from eagle3.errors import ConfigError
-from eagle3.phases.extract import ExtractPaths, datagen_samples_path, run_extract, stop_leftovers
+from eagle3.phases.extract import ExtractPaths, run_extract, stop_leftovers
 from eagle3.phases.extract_disk import DiskSpaceError, check_disk, exact_estimate
 from eagle3.phases.extract_manifest import ManifestError, read_extract_manifest, resolve_layer_plan
 from eagle3.pipeline import state_dir, supervisor
@@ -43,7 +43,7 @@ def free_port() -> int:
 def write_phase1(cfg, n: int) -> Path:
     """Rows as eagle3.phases.datagen.sample_row writes them; one conversation has two assistant
     turns (prepare-data emits one row per assistant turn)."""
-    path = datagen_samples_path(cfg)
+    path = cfg.layout.samples
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as fh:
         for i in range(n):
@@ -178,7 +178,7 @@ def test_connector_choice_and_command_lines(tmp_path):
 
 def engine_check(cfg, manifest) -> dict:
     argv = [str(ENGINE_PYTHON), str(CHECK_SCRIPT), str(cfg.target.model), manifest.prepared_data,
-            manifest.hidden_states_dir, str(datagen_samples_path(cfg)), json.dumps(manifest.layer_ids)]
+            manifest.hidden_states_dir, str(cfg.layout.samples), json.dumps(manifest.layer_ids)]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
     assert done.returncode == 0, done.stderr[-3000:]

@@ -362,7 +362,7 @@ def test_one_shot_command_writing_outputs_is_progressing(tmp_path, sup, watched)
 
 
 def test_service_that_survives_sigkill_is_reported_with_its_kernel_state(tmp_path, sup, monkeypatch, freezer):
-    monkeypatch.setattr("eagle3.process.services.KILL_WAIT_S", 0.5)
+    monkeypatch.setattr("eagle3.process.terminate.KILL_WAIT_S", 0.5)
     proc = sup.launch(spec(tmp_path, DEAF))
     wait_log(proc.spec.log, "ready")
     freezer.freeze(proc.pid)

@@ -1,0 +1,109 @@
+"""The bench phase's config section (`bench:`, with `bench.watch` and `bench.parity`)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator
+
+from ..config.types import FsPath, PhaseSettings, PositiveFloat, Server, Strict
+from ..errors import echo
+from ..inputfiles import dir_problem, file_problem
+
+
+class BenchWatch(Strict):
+    """Comparison of each benchmark result with the run dir's bench-history (eagle3/benchwatch.py)."""
+
+    enabled: bool = Field(True, description="Compare each result with the run dir's bench history.")
+    fail_on_regression: bool = Field(True, description="A regression fails the phase (exit 1); false: only "
+                                                       "reported.")
+    # A figure beyond the noise is a regression only if it is also worse by more than this (percent).
+    acceptance_tolerance_pct: float = Field(3.0, ge=0, description=(
+        "An acceptance figure outside the history's noise is a regression only when also worse by more than "
+        "this many percent."))
+    speed_tolerance_pct: float = Field(10.0, ge=0, description=(
+        "The same for the speed figures (throughput, speedup)."))
+
+
+class BenchParity(Strict):
+    """Serve-parity gate: the drafter served on a sample of its training prompts must come close to
+    what training measured on them (eagle3/benchgates.py)."""
+
+    enabled: bool = Field(True, description="Serve the drafter on a sample of its training prompts and compare "
+                                            "with what training measured on them.")
+    prompts: int = Field(16, ge=1, description="Training prompts in the sample, spread evenly over the rows data "
+                                               "generation used.")
+    # A broken handover gives ~0; the sound fixture drafter, greedy on CPU, 0.35-0.41 (eagle3/benchgates.py).
+    min_fraction: float = Field(0.3, gt=0, le=1, description=(
+        "Measured (acceptance length - 1) must reach this share of training's expectation."))
+    expected_full_acc: list[Annotated[float, Field(ge=0, le=1)]] | None = Field(None, description=(
+        "Training's per-position validation accuracy (speculators' val/full_acc_i_epoch). Default: the train "
+        "manifest's `val_full_acc` (recorded by a GPU run); set it for a `bench.drafter`."))
+
+
+class Bench(PhaseSettings):
+    PATH_FIELDS = ("prompts", "drafter")
+    # The benchmark's checks (watch, parity, first-position floor) came later, and re-judge its
+    # measurements rather than change them: left out, so adding them changed no fingerprint.
+    FINGERPRINT_EXCLUDE = {"watch": True, "parity": True, "first_position_floor": True}
+
+    engine: Literal["vllm", "sglang"] = Field("vllm", description="The engine benchmarked.")
+    server: Server = Field(description="The benchmark's servers, one per k (`*.server` below).")
+    num_speculative_tokens: list[Annotated[int, Field(ge=1, le=16)]] = Field(
+        default_factory=lambda: [3], description="Each k measured against the baseline; distinct, sorted.")
+    concurrency: list[Annotated[int, Field(ge=1)]] = Field(
+        default_factory=lambda: [1, 4, 16], description="Each concurrency measured (one window each); distinct, "
+                                                        "sorted.")
+    num_prompts: int = Field(64, ge=1, description="Benchmark prompts per window.")
+    max_tokens: int = Field(256, ge=1, description="Longest answer per request.")
+    temperature: float = Field(0.0, ge=0, description="Sampling temperature of the benchmark requests.")
+    warmup_prompts: int = Field(4, ge=0, description="Unmeasured requests sent to each server "
+                                                                  "before its first window.")
+    acceptance_floor: float = Field(1.3, ge=1.0, description=(
+        "A trained drafter whose best acceptance length is below this fails the phase (exit 1)."))
+    ignore_eos: bool = Field(False, description=(
+        "false: requests end at EOS, as in real traffic. true: every request runs to `max_tokens`, so baseline "
+        "and k runs produce the same token counts even when sampling."))
+    prompts: FsPath | None = Field(None, description=(
+        "Benchmark prompts: a prompt set file (JSONL, JSON, parquet) or a saved dataset directory (docs/benchmark.md, "
+        "\"Prompt sets\"). Default: the rows of `datagen.prompts` data generation held out."))
+    drafter: FsPath | None = Field(None, description=(
+        "Serve this drafter dir instead of the train phase's output (default: the train phase's manifest)."))
+    drafter_trained: bool = Field(True, description="Whether the acceptance gate applies to `bench.drafter`.")
+    client_timeout_s: PositiveFloat = Field(3600.0, description="Budget of one load-generator window.")
+    # F4 of docs/FACTS.md §8: ~15 % per token.
+    first_position_floor: float = Field(0.3, ge=0, le=1, description=(
+        "Gate for a trained drafter on GPUs: the first draft position's acceptance must reach this share."))
+    watch: BenchWatch = Field(BenchWatch(), description="Comparison with the run dir's bench history "
+                                                        "(`bench.watch` below).")
+    parity: BenchParity = Field(BenchParity(), description="The serve-parity gate (`bench.parity` below).")
+
+    @field_validator("num_speculative_tokens", "concurrency")
+    @classmethod
+    def _nonempty_sorted(cls, v):
+        if not v:
+            raise ValueError("give at least one value")
+        if len(set(v)) != len(v):
+            raise ValueError(f"values must be distinct, got {echo(v)}")
+        return sorted(v)
+
+    def needs_upstream(self) -> bool:
+        return self.drafter is None  # a drafter of its own: the train phase's output is not read
+
+    def file_checks(self, cfg) -> list[tuple[str, str]]:
+        problems = []
+        # A saved dataset directory is a prompt set too (eagle3/promptsets.py).
+        if self.prompts is not None and (why := file_problem(self.prompts)) and dir_problem(self.prompts):
+            problems.append(("bench.prompts", f"{str(self.prompts)!r} {why}; give a prompt set file (JSONL, JSON, "
+                             "parquet) or a saved dataset directory, or remove the key to benchmark on the prompts "
+                             "data generation held out"))
+        drafter = self.drafter
+        if drafter is not None and (
+                why := dir_problem(drafter) or prefixed("its config.json", file_problem(drafter / "config.json"))):
+            problems.append(("bench.drafter", f"{str(drafter)!r} is not a drafter checkpoint dir ({why}); point it "
+                             "at one, or remove the key to serve the train phase's drafter"))
+        return problems
+
+
+def prefixed(prefix: str, why: str | None) -> str | None:
+    return f"{prefix} {why}" if why else None
