@@ -10,6 +10,7 @@ doctor is off on both sides (it probes real engines).
     .venv/bin/python bench/flow_overhead_bench.py              # starts its own `prefect server start`
     .venv/bin/python bench/flow_overhead_bench.py --api-url http://127.0.0.1:4200/api --reps 5
 
+    .venv/bin/python bench/flow_overhead_bench.py --smoke      # CI: one rep, the budget not judged
 Budget: overhead <= 5 s per pipeline run (exit 1 if the median is over).
 """
 
@@ -107,7 +108,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--api-url", help="use this running server instead of starting one")
     ap.add_argument("--reps", type=int, default=3, help="repetitions of each side (fresh run dir each)")
+    ap.add_argument("--smoke", action="store_true", help="one repetition; reported, not judged (a loaded CI box)")
     args = ap.parse_args()
+    if args.smoke:
+        args.reps = 1
 
     work = Path(tempfile.mkdtemp(prefix="eagle3-overhead-"))
     home = work / "prefect-home"
@@ -153,8 +157,8 @@ def main() -> int:
           f"; import of prefect + flow module {import_s:.1f} s (not counted)")
     print(f"median of {args.reps}:  direct {med[1]:.2f} s   flow {med[2]:.2f} s   overhead {overhead:+.2f} s "
           f"(first run {first_overhead:+.2f} s; phases alone {med[0]:.2f} s)   budget {BUDGET_S:.0f} s: "
-          f"{'OK' if overhead <= BUDGET_S else 'OVER'}")
-    return 0 if overhead <= BUDGET_S else 1
+          f"{'OK' if overhead <= BUDGET_S else 'OVER'}{' (smoke: not judged)' if args.smoke else ''}")
+    return 0 if overhead <= BUDGET_S or args.smoke else 1
 
 
 if __name__ == "__main__":

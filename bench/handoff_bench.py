@@ -11,6 +11,8 @@ times from "phase done" to "GPUs shown free":
             closing nvidia-smi query are kept as they were.
 
     python bench/handoff_bench.py [--pack-rounds 10] [--ritual-rounds 3] [--out results.json]
+    python bench/handoff_bench.py --smoke   # CI, no GPU: a CPU stand-in service, one round each, no
+                                            # NVML, the ritual's sleeps skipped; measures nothing
 """
 
 from __future__ import annotations
@@ -40,7 +42,9 @@ from eagle3.handoff.core import run_handoff  # noqa: E402
 from eagle3.process.services import LaunchSpec, LogProbe, Supervisor, state_dir_for  # noqa: E402
 
 SERVICE = [sys.executable, str(REPO / "tests" / "gpu" / "cuda_service.py"), "--gib", "4"]
+SMOKE_SERVICE = [sys.executable, "-c", "import time; print('READY', flush=True); time.sleep(600)"]
 THRESHOLD = 16
+SMOKE = False  # --smoke: the code paths of both sides on a CPU stand-in, nothing measured
 
 
 def gpu0_used(nv) -> float:
@@ -48,19 +52,26 @@ def gpu0_used(nv) -> float:
 
 
 def gpu0_used_now() -> float:
+    if SMOKE:
+        return 0.0
     with NvmlBackend() as nv:  # opened and shut for each look: the timed handoffs start NVML cold
         return gpu0_used(nv)
+
+
+def service() -> list[str]:
+    return SMOKE_SERVICE if SMOKE else SERVICE
 
 
 def pack_round(work: Path) -> dict:
     run = work / "run"
     sup = Supervisor(state_dir_for(run))
     log = work / "svc.log"
-    proc = sup.launch(LaunchSpec(name="cuda", argv=SERVICE, log=log, gpus=[0]))
+    proc = sup.launch(LaunchSpec(name="cuda", argv=service(), log=log, gpus=[] if SMOKE else [0]))
     proc.wait_ready([LogProbe(log, r"^READY$")], timeout_s=180, poll_s=0.1)
     held = gpu0_used_now()
     t0 = time.monotonic()
-    report = run_handoff(run, Handoff(grace_s=15, deadline_s=60, poll_interval_s=0.05), [0], supervisor=sup)
+    report = run_handoff(run, Handoff(grace_s=15, deadline_s=60, poll_interval_s=0.05), [] if SMOKE else [0],
+                         supervisor=sup)
     took = time.monotonic() - t0
     assert report.ok and gpu0_used_now() <= THRESHOLD and not procfs.alive(proc.pid)
     return {"seconds": round(took, 4), "held_mib": held, "steps": {s["name"]: s["seconds"] for s in report.steps}}
@@ -68,7 +79,7 @@ def pack_round(work: Path) -> dict:
 
 def ritual_round(work: Path) -> dict:
     log = open(work / "ritual.log", "ab")
-    svc = subprocess.Popen(SERVICE, stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True,
+    svc = subprocess.Popen(service(), stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True,
                            env={**os.environ, "CUDA_VISIBLE_DEVICES": "0", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
     assert svc.stdout.readline().strip() == "READY"
     mine = {svc.pid}
@@ -77,7 +88,8 @@ def ritual_round(work: Path) -> dict:
 
     def step(name, fn):
         t = time.monotonic()
-        fn()
+        if not (SMOKE and name.split()[1] in ("sleep", "nvidia-smi")):
+            fn()
         steps[name] = round(time.monotonic() - t, 3)
 
     def kill9_mine(listing: list[str]):
@@ -119,7 +131,7 @@ def ritual_round(work: Path) -> dict:
     log.close()
     svc.stdout.close()
     assert gpu0_used_now() <= THRESHOLD
-    return {"seconds": round(took, 4), "held_mib": held, "steps": steps, "nvidia_smi": smi["out"],
+    return {"seconds": round(took, 4), "held_mib": held, "steps": steps, "nvidia_smi": smi.get("out"),
             "fuser": bool(shutil.which("fuser"))}
 
 
@@ -128,9 +140,17 @@ def main() -> None:
     ap.add_argument("--pack-rounds", type=int, default=10)
     ap.add_argument("--ritual-rounds", type=int, default=3)
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--smoke", action="store_true", help="CI without a GPU: one round each on a CPU stand-in")
     args = ap.parse_args()
-    with NvmlBackend() as nv:
-        gpu, driver, count = nv.snapshot([0])[0], nv.describe(), nv.count()
+    global SMOKE
+    SMOKE = args.smoke
+    if SMOKE:
+        args.pack_rounds = args.ritual_rounds = 1
+        gpu_name, driver, count = "no GPU (smoke)", "no NVML", 0
+    else:
+        with NvmlBackend() as nv:
+            gpu, driver, count = nv.snapshot([0])[0], nv.describe(), nv.count()
+        gpu_name = gpu.name
     with tempfile.TemporaryDirectory() as tmp:
         pack, ritual = [], []
         # Interleaved, so drift in the machine's state affects both alike.
@@ -144,12 +164,15 @@ def main() -> None:
     p50 = {name: statistics.median(r["seconds"] for r in rounds) for name, rounds in (("pack", pack), ("ritual", ritual))}
     result = {
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": f"{gpu.name} x{count}, {driver}, {os.cpu_count()} CPUs, {platform.platform()}",
+        "machine": f"{gpu_name} x{count}, {driver}, {os.cpu_count()} CPUs, {platform.platform()}",
         "pack_p50_s": p50["pack"], "pack_max_s": max(r["seconds"] for r in pack),
         "pack_min_s": min(r["seconds"] for r in pack),
         "ritual_p50_s": p50["ritual"], "speedup_p50": round(p50["ritual"] / p50["pack"], 1),
         "pack": pack, "ritual": ritual,
     }
+    if SMOKE:  # the code paths ran; the figures mean nothing (no GPU, the ritual's sleeps skipped)
+        result = {"smoke": "CPU stand-in service, no NVML, ritual sleeps skipped: not a measurement",
+                  "pack_rounds": len(pack), "ritual_rounds": len(ritual), "date": result["date"]}
     print(json.dumps({k: v for k, v in result.items() if k not in ("pack", "ritual")}, indent=2))
     if args.out:
         args.out.write_text(json.dumps(result, indent=2))

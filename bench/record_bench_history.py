@@ -5,6 +5,8 @@ never trained on), 64 greedy tokens. The second run re-measures every server (a 
 two history files are two real measurements of the same setup: what a stable scheduled rerun gives.
 
     .venv/bin/python bench/record_bench_history.py OUT_DIR     # then copy OUT_DIR/history/*.json
+    .venv/bin/python bench/record_bench_history.py OUT_DIR --smoke   # CI: one run of baseline + k=1, 2
+                                                                     # prompts of 8 tokens; nothing to copy
 """
 
 from __future__ import annotations
@@ -23,18 +25,21 @@ from tests.conftest import free_port, write_tiny_config  # noqa: E402
 FIXTURE = REPO / "tests" / "fixtures" / "eagle3-tiny"
 
 
-def main(out: Path) -> None:
+def main(out: Path, smoke: bool = False) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    cfg = write_tiny_config(out, {"target": {"model": str(FIXTURE / "target")}, "bench": {
-        "server": {"port": free_port()}, "drafter": str(FIXTURE / "drafter-trained"), "drafter_trained": True,
-        "num_speculative_tokens": [1, 3], "concurrency": [1, 4], "num_prompts": 16, "max_tokens": 64,
-        "warmup_prompts": 2, "temperature": 0.0}})
-    for n in (1, 2):
+    bench = {"server": {"port": free_port()}, "drafter": str(FIXTURE / "drafter-trained"), "drafter_trained": True,
+             "num_speculative_tokens": [1, 3], "concurrency": [1, 4], "num_prompts": 16, "max_tokens": 64,
+             "warmup_prompts": 2, "temperature": 0.0}
+    if smoke:  # the script's own path through the phase, at the smallest size that still measures
+        bench |= {"num_speculative_tokens": [1], "concurrency": [1], "num_prompts": 2, "max_tokens": 8,
+                  "warmup_prompts": 0, "drafter_trained": False, "parity": {"enabled": False}}
+    cfg = write_tiny_config(out, {"target": {"model": str(FIXTURE / "target")}, "bench": bench})
+    for n in (1,) if smoke else (1, 2):
         shutil.rmtree(BenchPaths.of(cfg).servers, ignore_errors=True)  # re-measure every server
-        summary = run_bench(cfg, supervisor(cfg))
+        summary = run_bench(cfg, supervisor(cfg)).details
         print(f"run {n}: {summary['history']} gate {summary['gate']}", flush=True)
     shutil.copytree(BenchPaths.of(cfg).history, out / "history", dirs_exist_ok=True)
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    main(Path(sys.argv[1]), smoke="--smoke" in sys.argv[2:])

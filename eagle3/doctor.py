@@ -35,14 +35,17 @@ class Check:
 
 
 class DoctorFailed(PipelineError):
-    """At least one preflight check failed: the run must not start."""
+    """At least one preflight check failed: the run must not start. Its message is one line (the
+    first cause and its fix); each failed check is a line of the doctor's own output (and of the
+    preflight task's log) with its fix, so no message says any of them twice."""
 
     def __init__(self, checks: list[Check]):
         bad = [c for c in checks if c.status == FAIL]
-        # The first line is what a status file and a progress line keep: it names the first cause.
-        more = f" (and {len(bad) - 1} more failed check(s))" if len(bad) > 1 else ""
-        head = f"preflight failed: {bad[0].name}: {bad[0].reason}{more}" if bad else "preflight failed"
-        super().__init__(head + "\n" + "\n".join(f"  FAIL {c.name}: {c.reason} -> {c.fix}" for c in bad))
+        more = f" (and {len(bad) - 1} more failed check(s), each logged with its fix)" if len(bad) > 1 else ""
+        first = bad[0] if bad else None
+        head = (f"preflight failed: {first.name}: {first.reason}" + (f"; fix: {first.fix}" if first.fix else "")
+                if first else "preflight failed")
+        super().__init__(head + more)
         self.checks = checks
 
 
@@ -253,7 +256,7 @@ def check_drafter(cfg: PipelineConfig) -> Check | None:
     manifest = read_json(cfg.layout.train_manifest)
     if not manifest:
         return None
-    from .checkpoints import check_drafter as gate
+    from .drafters.loadable import check_drafter as gate
 
     ids = manifest.get("aux_layer_ids_vllm")
     report = gate(manifest["checkpoint"], cfg.bench.engine, target=cfg.target.model, expected_aux_ids=ids)

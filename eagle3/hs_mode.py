@@ -21,7 +21,7 @@ from pathlib import Path
 from . import managed, owned
 from .config import PipelineConfig
 from .errors import ConfigError
-from .phases.extract_disk import HEADER_BYTES, Estimate, bytes_per_token, estimate_from_samples, exact_estimate, fmt_bytes
+from .phases.extract_disk import (HEADER_BYTES, Estimate, bytes_per_token, estimate_from_samples, exact_estimate, fmt_bytes)
 
 SPECULATORS_DEFAULT_WORKERS = 12  # speculators train --num-workers default (0.9)
 CACHE_SLACK = 4                   # the cache bound = this × samples in flight × the largest sample

@@ -18,7 +18,7 @@ def benchmark_run_name() -> str:
 @flow(name="eagle3-benchmark", flow_run_name=benchmark_run_name, on_crashed=[teardown], on_cancellation=[teardown])
 def eagle3_benchmark(config_path: str, doctor: bool = True, lease_wait_s: float = 0.0) -> dict:
     """Re-measure: serve baseline and target+drafter again and record a fresh result, compared with
-    the run dir's bench-history (eagle3/benchwatch.py). Fails (and so fires the failure alert of
+    the run dir's bench-history (eagle3/bench/watch.py). Fails (and so fires the failure alert of
     deployments/alerts.yaml) when the benchmark does: a gate, or a regression beyond the noise against
     the last good run, named with what changed since it.
 

@@ -18,11 +18,11 @@ from eagle3.config import load_config, remote_binds
 from eagle3.errors import GateError
 from eagle3.process.lease import LeaseBusy, hold
 from eagle3.pipeline import is_done, output_fingerprint, supervisor
-from eagle3.progress_display import unattended_lines
-from eagle3.runstate import recording
+from eagle3.progress.display import unattended_lines
+from eagle3.run.record import recording
 from tasks.artifact_keys import artifact_key
 from tasks.handoff import gpu_handoff
-from tasks.logs import route_pack_logs
+from tasks.logs import quiet_console_restatements, route_pack_logs
 from tasks.phases import phase_task
 from tasks.preflight import preflight
 from tasks.secrets import provide_api_keys
@@ -99,6 +99,7 @@ def run_phases(config_path: str, phases: list[str], force: list[str], doctor: bo
     (run.json, progress.json) by the lease holder only, with progress lines in the run's log unless a
     terminal already shows them (`eagle3 run`)."""
     route_pack_logs()
+    quiet_console_restatements()
     cfg = load_config(config_path)
     with hold(cfg.run_dir, list(cfg.gpus), lease_wait_s):
         with recording(cfg, config_path, phases), unattended_lines(get_run_logger().info):

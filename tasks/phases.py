@@ -8,7 +8,8 @@ from prefect.artifacts import create_markdown_artifact, create_progress_artifact
 from prefect.runtime import task_run
 
 from eagle3.config import load_config
-from eagle3 import failures, progress
+from eagle3.run import failures
+from eagle3 import progress
 from tasks.artifact_keys import artifact_key
 from eagle3.pipeline import done_key, run_phase
 

@@ -36,6 +36,23 @@ def pytest_sessionstart(session):
                     f"{REPO}: run `make setup` in this checkout first (the README's `make test` does)", returncode=4)
 
 
+def _temporary_servers() -> set[int]:
+    server = sys.modules.get("prefect.server.api.server")
+    instances = getattr(getattr(server, "SubprocessASGIServer", None), "_instances", {})
+    return {id(i) for i in list(instances.values()) if i.server_process is not None}
+
+
+@pytest.fixture(autouse=True)
+def _no_temporary_prefect_server():
+    """A test that makes Prefect start its temporary server (a client with no API configured) fails,
+    named: every test configures its API (the session's server, or the run's own)."""
+    before = _temporary_servers()
+    yield
+    started = _temporary_servers() - before
+    assert not started, ("this test made Prefect start its temporary API server: give it an API (the prefect_server "
+                         "fixture, or PREFECT_API_URL) or keep Prefect out of it")
+
+
 def pytest_sessionfinish(session, exitstatus):
     """Prefect starts a temporary API server of its own when a client runs with no API configured,
     and stops it at interpreter exit, after pytest has closed its streams: a `--- Logging error ---`
@@ -113,6 +130,9 @@ def tiny_constant_model() -> Path:
     return ensure_tiny_model(REPO / "models" / "tiny-llama-constant", spec=TinyModelSpec(constant=True))
 
 
+TEST_VLLM_INPROC_WORKER = "VLLM_ENABLE_V1_MULTIPROCESSING"
+
+
 def tiny_raw_config() -> dict:
     return yaml.safe_load(TINY_CONFIG.read_text())
 
@@ -140,6 +160,10 @@ def write_tiny_config(directory: Path, overrides: dict | None = None, run_dir: P
     from eagle3.config import load_config
 
     raw = tiny_raw_config()
+    # vLLM's worker inside its EngineCore process, not a third process: a CPU server is ready in about
+    # half the time (one torch + vLLM import less). The server is still a process group of more than
+    # one process; a test about the worker's own process or its /dev/shm segments sets it back to "1".
+    raw["engines"]["vllm"]["env"] = {**raw["engines"]["vllm"]["env"], TEST_VLLM_INPROC_WORKER: "0"}
     # Tests never purge the machine's real /dev/shm (other sessions' servers live there).
     shm = Path(directory) / "shm"
     shm.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,4 @@
-"""The serve-parity gate's arithmetic and inputs (eagle3/benchgates.py, eagle3/phases/bench.py), and
+"""The serve-parity gate's arithmetic and inputs (eagle3/bench/gates.py, eagle3/phases/bench.py), and
 where its expectation comes from on a GPU run (the trainer's log -> the train manifest)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from eagle3.benchgates import HANDOVER_CAUSES, evaluate_parity, expected_length
-from eagle3.phases.bench import parity_expectation, training_prompts
+from eagle3.bench.gates import HANDOVER_CAUSES, evaluate_parity, expected_length
+from eagle3.bench.inputs import parity_expectation, training_prompts
 from eagle3.phases.train_log import validation_full_acc
 
 ACC = [0.988, 0.969, 0.951]

@@ -1,4 +1,4 @@
-"""The benchmark watch (eagle3/benchwatch.py) and the F4 gate (eagle3/benchmath.py) on recorded
+"""The benchmark watch (eagle3/bench/watch.py) and the F4 gate (eagle3/bench/stats.py) on recorded
 histories: tests/fixtures/bench-history/ holds two real results.json files of the bench phase, made
 back to back by bench/record_bench_history.py on vLLM CPU (trained tiny drafter fixture, baseline +
 k in {1, 3}, concurrency {1, 4}, 16 held-out prompts, 64 greedy tokens; see its README). The
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from eagle3.benchmath import SLOWER_CAUSES, evaluate_gate
-from eagle3.benchwatch import figures, read_history, watch
+from eagle3.bench.stats import SLOWER_CAUSES, evaluate_gate
+from eagle3.bench.watch import figures, read_history, watch
 
 HISTORY = Path(__file__).resolve().parent / "fixtures" / "bench-history"
 
@@ -231,7 +231,7 @@ def test_the_bench_phase_fails_on_a_regression_naming_the_change(recorded, tmp_p
 
 
 def test_the_trend_of_the_recorded_history_is_the_one_in_the_readme(recorded):
-    from eagle3.benchtrend import markdown, plot_png, trend_rows
+    from eagle3.bench.trend import markdown, plot_png, trend_rows
 
     rows = trend_rows(recorded)
     assert [(r["run"], r["k"], r["watch"]) for r in rows] == [(1, 1, "first"), (1, 3, "first"), (2, 1, "stable"),

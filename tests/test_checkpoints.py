@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from eagle3.checkpoints import check_drafter
+from eagle3.drafters.loadable import check_drafter
 from eagle3.cli import app
-from eagle3.drafter_export import export_drafter
+from eagle3.drafters.export import export_drafter
 from eagle3.safetensors_header import DTYPE_BYTES, read_header, read_tensor_bytes
 
 H, I, V, DV, HEADS, KV, HD = 128, 256, 4096, 2048, 4, 2, 32
@@ -256,8 +256,8 @@ def test_export_replaces_previous_export_atomically(tmp_path):
 
 def test_vllm_accepts_midlayer_names(tmp_path):
     """vLLM maps midlayer.* to layers.0.*: an EAGLE-reference-format drafter passes the vLLM gate."""
-    from eagle3.checkpoints import check_drafter
-    from eagle3.drafter_export import export_drafter
+    from eagle3.drafters.loadable import check_drafter
+    from eagle3.drafters.export import export_drafter
 
     src = Path(__file__).resolve().parent / "fixtures" / "eagle3-tiny" / "drafter-trained"
     if not src.is_dir():

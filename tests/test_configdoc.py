@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from eagle3 import configdoc
+from eagle3.config import doc as configdoc
 from eagle3.config import PipelineConfig, Server
 from eagle3.phases.bench_settings import Bench
 
@@ -10,7 +10,7 @@ from eagle3.phases.bench_settings import Bench
 def test_readme_config_reference_is_the_generated_text():
     text = configdoc.REFERENCE.read_text()
     assert configdoc.region(text) == configdoc.render(), \
-        "docs/config.md's config reference is out of date: run `python -m eagle3.configdoc` and commit it"
+        "docs/config.md's config reference is out of date: run `python -m eagle3.config.doc` and commit it"
 
 
 def test_every_field_of_every_section_is_described_and_listed():

@@ -11,8 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from eagle3.cli import app
-from eagle3.doctor import (FAIL, PASS, WARN, check_aux_layers, check_disk, check_network_exposure, check_ports,
-                           check_target_support, run_doctor)
+from eagle3.doctor import (FAIL, PASS, WARN, check_aux_layers, check_disk, check_network_exposure, check_ports, check_target_support, run_doctor)
 from eagle3.process.services import Supervisor
 
 from tests.conftest import requires_engine

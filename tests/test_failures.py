@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from eagle3 import failures
+from eagle3.run import failures
 from eagle3.errors import CommandFailed, ServiceExited
 
 

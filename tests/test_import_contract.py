@@ -2,7 +2,9 @@
 
   - the core (eagle3/) never imports Prefect, flows/ or tasks/; the one exception is the CLI's
     entry into the flow (`eagle3 run`), inside its function;
-  - a phase (eagle3/phases/) never imports the pipeline module that runs it;
+  - a phase (eagle3/phases/) never imports the pipeline module that runs it, and a phase's module
+    (the `run` of its phase-table row) never imports another phase's module, directly or through
+    a helper: what one phase reads of another's output is in layout.py or a record module;
   - tasks/ never imports flows/ (a flow composes tasks, not the other way round);
   - the process layer (eagle3/process/) never imports the handoff (eagle3/handoff/), which builds
     on it (the watchdog's NVML memory sample is injected by eagle3.pipeline.supervisor);
@@ -16,7 +18,7 @@ import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-CLI_FLOW_ENTRY = {("eagle3/cli.py", "flows.local_server"), ("eagle3/cli.py", "flows.pipeline")}
+CLI_FLOW_ENTRY = {("eagle3/cli/flow.py", "flows.local_server"), ("eagle3/cli/flow.py", "flows.pipeline")}
 
 
 def imports(path: Path, rel: Path | None = None) -> list[tuple[str, int, bool]]:
@@ -61,6 +63,23 @@ def test_phases_never_import_the_pipeline_module():
     bad = [f"{p.relative_to(REPO)}:{line} imports {m}" for p in files("eagle3/phases")
            for m, line, _ in imports(p) if under(m, "eagle3.pipeline")]
     assert not bad, "a phase is run by eagle3.pipeline; it must not import it back:\n" + "\n".join(bad)
+
+
+def test_a_phase_never_imports_another_phase():
+    from eagle3.phase_table import PIPELINE
+
+    graph = module_graph()
+    phases = {p.module for p in PIPELINE}
+    bad = []
+    for phase in sorted(phases):
+        seen, todo = set(), [phase]
+        while todo:  # everything the phase's module reaches, inside eagle3.phases
+            for dep in graph.get(todo.pop(), ()):
+                if dep not in seen and under(dep, "eagle3.phases"):
+                    seen.add(dep)
+                    todo.append(dep)
+        bad += [f"{phase} reaches {other}" for other in sorted(seen & (phases - {phase}))]
+    assert len(phases) == 4 and not bad, "\n".join(bad)
 
 
 def test_tasks_never_import_flows():

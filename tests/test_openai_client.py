@@ -15,8 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from eagle3.openai_client import (EndpointConfigError, OpenAIClient, RequestRejected, RetriesExhausted, RetryPolicy,
-                                  parse_chat)
+from eagle3.openai_client import (EndpointConfigError, OpenAIClient, RequestRejected, RetriesExhausted, RetryPolicy, parse_chat)
 
 CHAT_OK = {"model": "m", "choices": [{"message": {"role": "assistant", "content": "hi", "reasoning_content": "think"},
                                       "finish_reason": "stop", "token_ids": [5, 6]}],

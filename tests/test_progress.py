@@ -12,8 +12,8 @@ import pytest
 from eagle3 import progress
 from eagle3.errors import ServiceStartTimeout
 from eagle3.progress import END, NOTE, PROGRESS, START, STEP, WAIT, Event, PhaseProgress, Tracker, describe
-from eagle3.progress_display import Display, LinePrinter, LiveDisplay, interval_s, unattended_lines
-from eagle3.runstate import StatusFile
+from eagle3.progress.display import Display, LinePrinter, LiveDisplay, interval_s, unattended_lines
+from eagle3.run.record import StatusFile
 
 
 class Collect:

@@ -13,7 +13,7 @@ import pytest
 from eagle3.config import load_config
 from eagle3.errors import ConfigError
 from eagle3.prompts import load_prompts
-from eagle3.promptgen import generate, heldout, write
+from eagle3.prompts.generate import generate, heldout, write
 from tests.conftest import REPO
 
 EAGLE3 = str(Path(sys.executable).parent / "eagle3")

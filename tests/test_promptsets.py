@@ -1,4 +1,4 @@
-"""Benchmark prompt sets as users have them (eagle3/promptsets.py), from small synthetic files
+"""Benchmark prompt sets as users have them (eagle3/prompts/sets.py), from small synthetic files
 written here: MT-Bench question.jsonl, ShareGPT JSON and JSONL, parquet, a saved dataset directory."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from eagle3.errors import ConfigError
-from eagle3.promptsets import load_prompt_set
+from eagle3.prompts.sets import load_prompt_set
 
 MT_BENCH = [
     {"question_id": 81, "category": "writing", "turns": ["Write a travel blog post.", "Rewrite it in limericks."]},

@@ -49,19 +49,24 @@ def test_a_cached_venv_follows_the_clone_that_sets_it_up_and_names_only_its_own_
     assert script.read_text().splitlines()[0] == f"#!{cache}/bin/python", "the #! names a clone's link"
     shutil.rmtree(a)  # the clone that installed it is gone: the venv imports no eagle3 until b sets it up
     before = subprocess.run([str(b / ".venv" / "bin" / "python"), "-c", "import eagle3"], cwd="/",
-                            capture_output=True, text=True, timeout=60)
+                            capture_output=True, text=True, timeout=60, env=without_pythonpath())
     assert before.returncode != 0 and "No module named 'eagle3'" in before.stderr
 
     res = make_setup(b)
     assert res.returncode == 0, res.stdout + res.stderr
     imported = subprocess.run([str(cache / "bin" / "python"), "-c", "import eagle3; print(eagle3.__file__)"],
-                              cwd="/", capture_output=True, text=True, timeout=60)
+                              cwd="/", capture_output=True, text=True, timeout=60, env=without_pythonpath())
     assert Path(imported.stdout.strip()).resolve() == (b / "eagle3" / "__init__.py").resolve()
     deps = sysconfig.get_paths()["purelib"]  # this suite's venv lends the CLI's dependencies
     started = subprocess.run([str(script), "--help"], cwd="/", capture_output=True, text=True, timeout=120,
                              env={**os.environ, "PYTHONPATH": deps})
     assert started.returncode == 0 and "Usage" in started.stdout, started.stderr
     assert script.read_text().splitlines()[0] == f"#!{cache}/bin/python"
+
+
+def without_pythonpath() -> dict[str, str]:
+    """What the venv alone imports (a PYTHONPATH of the caller's, e.g. a worktree's, would decide it)."""
+    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
 
 
 def test_the_suite_refuses_a_venv_that_imports_another_clone(tmp_path):

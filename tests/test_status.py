@@ -1,4 +1,4 @@
-"""`eagle3 status` (the real command, from another process) on a run recorded by eagle3.runstate:
+"""`eagle3 status` (the real command, from another process) on a run recorded by eagle3.run.record:
 in progress with a stand-in service launched through the Supervisor, failed, killed, and --watch."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from eagle3.phase_table import PIPELINE
 from eagle3.errors import GateError
 from eagle3.pipeline import supervisor
 from eagle3.progress import END, PROGRESS, START, Event
-from eagle3.runstate import recording, run_file
+from eagle3.run.record import recording, run_file
 from eagle3.process.services import LaunchSpec
 from tests.procutil import PY, SLEEP
 
@@ -104,7 +104,8 @@ def test_a_preflight_refusal_names_the_step_and_its_first_cause(tmp_path, make_c
     s = status_json(cfg.run_dir)
     assert (s["status"], s["failed_phase"]) == ("failed", "preflight")
     assert s["error"] == ("DoctorFailed: preflight failed: disk: neither hidden-state mode fits: offline needs 13 MB, "
-                          "online 4 MB, 9 MB free (and 1 more failed check(s))")
+                          "online 4 MB, 9 MB free; fix: free disk under run_dir (and 1 more failed check(s), each "
+                          "logged with its fix)")
     out = status(cfg.run_dir).stdout
     assert row(out, "error").startswith("preflight: DoctorFailed: preflight failed: disk: neither")
 

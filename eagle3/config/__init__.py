@@ -13,8 +13,7 @@ from .dirs import CHECKOUT, owned_dir_problem
 from .loading import DEFAULT_CONFIG, MAX_CONFIG_BYTES, MAX_STRING_CHARS, load_config, parse_config
 from .model import PipelineConfig, config_model
 from .target_model import default_aux_layer_ids, num_hidden_layers
-from .types import (PROTECTED_PROCESS_NAMES, EngineEnv, Engines, FsPath, Handoff, HiddenStates, PhaseSettings, Port,
-                    PositiveFloat, Server, Strict, Target, non_finite)
+from .types import (PROTECTED_PROCESS_NAMES, EngineEnv, Engines, FsPath, Handoff, HiddenStates, PhaseSettings, Port, PositiveFloat, Server, Strict, Target, non_finite)
 
 __all__ = ["CHECKOUT", "DEFAULT_CONFIG", "MAX_CONFIG_BYTES", "MAX_STRING_CHARS", "PROTECTED_PROCESS_NAMES",
            "EngineEnv", "Engines", "FsPath", "Handoff", "HiddenStates", "PhaseSettings",

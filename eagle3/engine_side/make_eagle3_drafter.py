@@ -1,7 +1,7 @@
 """Write an EAGLE-format EAGLE-3 drafter for a target model, with random (untrained) weights.
 
 Runs with the ENGINE interpreter (torch, safetensors); the pack calls it through
-eagle3.engines.drafters. Layout (docs/FACTS.md §2): `architectures
+eagle3.drafters.testmaker. Layout (docs/FACTS.md §2): `architectures
 ["LlamaForCausalLMEagle3"]`, one decoder layer `midlayer.*` whose q/k/v take 2·H inputs,
 `fc` [H, n_aux·H], `norm`, `lm_head` [draft_vocab, H], and `d2t`/`t2d` when the draft vocabulary
 is smaller than the target's. No `embed_tokens`: vLLM shares the target's embedding.

@@ -129,71 +129,19 @@ def run_handoff(run_dir: Path, settings: Handoff, gpus: list[int] | None, ports:
                                          "ports free"))
     sup = supervisor or Supervisor(state_dir_for(run_dir))
     ownership = Ownership.build(sup.registry.token, sup.registry.entries(), settings.protected_process_names)
-    own_backend = False
+    nvml = _Nvml(backend)
     try:
-        with step("systemd units") as rec:
-            try:
-                report.units = systemd.stop_units(list(settings.systemd_units), settings.deadline_s)
-            except HandoffError as e:
-                report.units = e.records if isinstance(e, systemd.UnitsNotStopped) else []
-                report.problems.append(str(e))
-            rec["detail"] = f"{len(report.units)} unit(s)"
-
-        with step("services") as rec:
-            outcomes = sup.sweep(settings.grace_s)
-            report.services = [asdict(o) | {"clean": o.clean} for o in outcomes]
-            for o in outcomes:
-                report.stuck += [_stuck(t["pid"], t["describe"], f"service {o.name} (group {o.pgid})") for t in o.stuck]
-            report.ended += _ended(report, _end_marked(ownership, sup.registry.entries(), settings.grace_s,
-                                                       _stuck_pids(report)))
-            rec["detail"] = f"{len(outcomes)} registered, {len(report.ended)} other marked process(es)"
-
-        checking = gpus is None or len(gpus) > 0
-        if not checking:
-            report.gpu_check = "skipped: no GPUs declared (CPU rehearsal); GPU memory was not checked"
-        else:
-            with step("NVML") as rec:
-                try:
-                    if backend is None:
-                        backend, own_backend = NvmlBackend(), True
-                    if gpus is None:
-                        gpus = list(range(backend.count()))
-                    rec["detail"] = f"{backend.describe()}; GPUs {gpus}"
-                except PipelineError as e:
-                    checking = False
-                    report.gpu_check = f"failed: cannot verify GPUs {gpus if gpus is not None else '(all)'}: {e}"
-                    report.problems.append(report.gpu_check)
-
-        with step("owned GPU holders") as rec:
-            if checking:
-                try:
-                    holders = find_holders(_snapshot(backend, gpus), settings.dev_dir, ownership, gpus)
-                    ended = _ended(report, _end_owned(holders.values(), settings.grace_s, _stuck_pids(report)))
-                    report.ended += ended
-                    rec["detail"] = f"{len(holders)} holder(s), {len(ended)} owned ended"
-                except PipelineError:
-                    pass  # the verification loop below reports NVML errors
-
-        with step("scratch dirs") as rec:  # the rows' `purge` (an online train step's cache): no reader outlives them
-            for path in phase_table.scratch_dirs(run_dir):
-                report.scratch_bytes_removed[str(path)] = scratch.purge(path)
-            rec["detail"] = f"{sum(report.scratch_bytes_removed.values())} bytes removed"
-
-        with step("/dev/shm") as rec:
-            result = shm.purge(settings.shm_dir)
-            report.shm = result.to_dict()
-            rec["detail"] = f"{len(result.removed)} removed, {len(result.kept)} kept"
-
-        with step("__pycache__") as rec:
-            result = pycache.purge(list(settings.pycache_dirs))
-            report.pycache = result.to_dict()
-            rec["detail"] = f"{len(result.removed)} file(s) removed"
-
+        _stop_units(step, report, settings)
+        _stop_services(step, report, sup, ownership, settings)
+        checking = nvml.open(step, report, gpus)
+        gpus = nvml.gpus if checking else gpus
+        _end_owned_holders(step, report, nvml.backend if checking else None, gpus, ownership, settings)
+        _purge(step, report, run_dir, settings)
         with step("verify") as rec:
             # The wait for release counts from here, not from the handoff's start: a service's own stop
             # grace (spent above) may be longer than the whole deadline, and memory is freed only
             # after its last process is gone.
-            blockers = _verify(report, settings, backend if checking else None, gpus or [], list(ports), ownership,
+            blockers = _verify(report, settings, nvml.backend if checking else None, gpus or [], ports, ownership,
                                deadline=time.monotonic() + settings.deadline_s)
             rec["detail"] = "clean" if not blockers else f"{len(blockers)} blocker(s)"
             report.problems[:0] = [_stuck_problem(t, checking) for t in report.stuck]
@@ -206,8 +154,7 @@ def run_handoff(run_dir: Path, settings: Handoff, gpus: list[int] | None, ports:
         report.problems.append(f"handoff did not finish: {type(e).__name__}: {e}")
         raise
     finally:
-        if own_backend and backend is not None:
-            backend.close()
+        nvml.close()
         report.seconds = round(time.monotonic() - t0, 3)
         report.ok = not report.problems
         report.verdict = "GPUs free: next phase may start" if report.ok else "BLOCKED: next phase must not start"
@@ -217,6 +164,85 @@ def run_handoff(run_dir: Path, settings: Handoff, gpus: list[int] | None, ports:
     if not report.ok:
         raise HandoffError(f"GPU handoff{' ' + label if label else ''} refused: " + "; ".join(report.problems), report)
     return report
+
+
+def _stop_units(step: _Steps, report: HandoffReport, settings: Handoff) -> None:
+    with step("systemd units") as rec:
+        try:
+            report.units = systemd.stop_units(list(settings.systemd_units), settings.deadline_s)
+        except HandoffError as e:
+            report.units = e.records if isinstance(e, systemd.UnitsNotStopped) else []
+            report.problems.append(str(e))
+        rec["detail"] = f"{len(report.units)} unit(s)"
+
+
+def _stop_services(step: _Steps, report: HandoffReport, sup: Supervisor, ownership: Ownership,
+                   settings: Handoff) -> None:
+    with step("services") as rec:
+        outcomes = sup.sweep(settings.grace_s)
+        report.services = [asdict(o) | {"clean": o.clean} for o in outcomes]
+        for o in outcomes:
+            report.stuck += [_stuck(t["pid"], t["describe"], f"service {o.name} (group {o.pgid})") for t in o.stuck]
+        report.ended += _ended(report, _end_marked(ownership, sup.registry.entries(), settings.grace_s,
+                                                   _stuck_pids(report)))
+        rec["detail"] = f"{len(outcomes)} registered, {len(report.ended)} other marked process(es)"
+
+
+class _Nvml:
+    """The GPU backend of one handoff: the caller's, or NVML opened here (and closed here)."""
+
+    def __init__(self, backend: GpuBackend | None):
+        self.backend, self.own, self.gpus = backend, False, None
+
+    def open(self, step: _Steps, report: HandoffReport, gpus: list[int] | None) -> bool:
+        """Whether GPUs are checked: not on a CPU rehearsal (gpus == []), nor when NVML fails (a problem)."""
+        if gpus is not None and not gpus:
+            report.gpu_check = "skipped: no GPUs declared (CPU rehearsal); GPU memory was not checked"
+            return False
+        with step("NVML") as rec:
+            try:
+                if self.backend is None:
+                    self.backend, self.own = NvmlBackend(), True
+                self.gpus = list(range(self.backend.count())) if gpus is None else gpus
+                rec["detail"] = f"{self.backend.describe()}; GPUs {self.gpus}"
+                return True
+            except PipelineError as e:
+                report.gpu_check = f"failed: cannot verify GPUs {gpus if gpus is not None else '(all)'}: {e}"
+                report.problems.append(report.gpu_check)
+                return False
+
+    def close(self) -> None:
+        if self.own and self.backend is not None:
+            self.backend.close()
+
+
+def _end_owned_holders(step: _Steps, report: HandoffReport, backend: GpuBackend | None, gpus: list[int] | None,
+                       ownership: Ownership, settings: Handoff) -> None:
+    with step("owned GPU holders") as rec:
+        if backend is None:  # GPUs not checked
+            return
+        try:
+            holders = find_holders(_snapshot(backend, gpus), settings.dev_dir, ownership, gpus)
+            ended = _ended(report, _end_owned(holders.values(), settings.grace_s, _stuck_pids(report)))
+            report.ended += ended
+            rec["detail"] = f"{len(holders)} holder(s), {len(ended)} owned ended"
+        except PipelineError:
+            pass  # the verification loop reports NVML errors
+
+
+def _purge(step: _Steps, report: HandoffReport, run_dir: Path, settings: Handoff) -> None:
+    with step("scratch dirs") as rec:  # the rows' `purge` (an online train step's cache): no reader outlives them
+        for path in phase_table.scratch_dirs(run_dir):
+            report.scratch_bytes_removed[str(path)] = scratch.purge(path)
+        rec["detail"] = f"{sum(report.scratch_bytes_removed.values())} bytes removed"
+    with step("/dev/shm") as rec:
+        result = shm.purge(settings.shm_dir)
+        report.shm = result.to_dict()
+        rec["detail"] = f"{len(result.removed)} removed, {len(result.kept)} kept"
+    with step("__pycache__") as rec:
+        result = pycache.purge(list(settings.pycache_dirs))
+        report.pycache = result.to_dict()
+        rec["detail"] = f"{len(result.removed)} file(s) removed"
 
 
 def _snapshot(backend: GpuBackend, gpus: list[int]) -> list[GpuState]:

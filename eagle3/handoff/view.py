@@ -36,95 +36,66 @@ def summary_line(report) -> str:
     return "; ".join(parts) + f" (report {r['path']})"
 
 
+def _table(title: str, columns: tuple[str, ...], rows: list[tuple], **kw) -> Table:
+    t = Table(title=title, title_justify="left", **kw)
+    for col in columns:
+        t.add_column(col, overflow="fold")
+    for row in rows:
+        t.add_row(*map(str, row))
+    return t
+
+
 def renderable(report) -> Group:
     r = _d(report)
-    parts = []
-    head = Table(title=f"GPU handoff {r['label']}: {r['verdict']}", show_header=False, title_justify="left")
-    head.add_row("run dir", r["run_dir"])
-    head.add_row("GPU check", r["gpu_check"])
-    head.add_row("took", f"{r['seconds']:.3f} s")
-    head.add_row("report", r["path"])
-    parts.append(head)
-
+    parts = [_table(f"GPU handoff {r['label']}: {r['verdict']}", ("", ""), [
+        ("run dir", r["run_dir"]), ("GPU check", r["gpu_check"]), ("took", f"{r['seconds']:.3f} s"),
+        ("report", r["path"])], show_header=False)]
     if r["gpus"]:
-        t = Table(title="GPUs (NVML v2)", title_justify="left")
-        for col in ("GPU", "UUID", "used MiB", "reserved MiB", "free MiB", "util %", "processes"):
-            t.add_column(col)
-        for g in gpu_rows(r):
-            t.add_row(str(g["gpu"]), g["uuid"], f"{g['used_mib']:.0f}", f"{g['reserved_mib']:.0f}",
-                      f"{g['free_mib']:.0f}", "-" if g["util_%"] is None else str(g["util_%"]), str(g["processes"]))
-        parts.append(t)
-
-    ended = [("service " + s["name"], m["pid"], m.get("comm", ""), s["signal"],
-              "survived" if m["pid"] in s["survivors"] else "gone", s["seconds"])
-             for s in r["services"] for m in s["members"]]
-    ended += [(e["reason"], e["pid"], e["cmd"], e["signal"], e["outcome"], e["seconds"]) for e in r["ended"]]
-    skipped = [s for s in r["services"] if s["signal"] == "skipped"]
-    if ended or skipped:
-        t = Table(title="Processes ended", title_justify="left")
-        for col in ("why", "PID", "command", "signal", "outcome", "s"):
-            t.add_column(col, overflow="fold")
-        for why, pid, cmd, sig, outcome, secs in ended:
-            t.add_row(why, str(pid), cmd, sig, outcome, f"{secs:.3f}")
-        for s in skipped:
-            t.add_row("service " + s["name"], "-", "", "skipped", s["note"], "0")
-        parts.append(t)
-
-    left = [h for h in r["holders"] if h["class"] != "protected"] + [p for p in r["ports"] if p["class"] != "protected"]
+        parts.append(_table("GPUs (NVML v2)", ("GPU", "UUID", "used MiB", "reserved MiB", "free MiB", "util %",
+                                               "processes"), [
+            (g["gpu"], g["uuid"], f"{g['used_mib']:.0f}", f"{g['reserved_mib']:.0f}", f"{g['free_mib']:.0f}",
+             "-" if g["util_%"] is None else g["util_%"], g["processes"]) for g in gpu_rows(r)]))
+    if rows := _ended_rows(r):
+        parts.append(_table("Processes ended", ("why", "PID", "command", "signal", "outcome", "s"), rows))
+    left = [(f"GPU {h['gpus']}", h["pid"], h["class"], h["cmd"], h["why"]) for h in r["holders"]
+            if h["class"] != "protected"]
+    left += [(f"port {p['port']}", p["pid"], p["class"], p["cmd"], p["why"]) for p in r["ports"]
+             if p["class"] != "protected"]
     if left:
-        t = Table(title="Still holding", title_justify="left")
-        for col in ("what", "PID", "class", "command", "why"):
-            t.add_column(col, overflow="fold")
-        for h in r["holders"]:
-            if h["class"] != "protected":
-                t.add_row(f"GPU {h['gpus']}", str(h["pid"]), h["class"], h["cmd"], h["why"])
-        for p in r["ports"]:
-            if p["class"] != "protected":
-                t.add_row(f"port {p['port']}", str(p["pid"]), p["class"], p["cmd"], p["why"])
-        parts.append(t)
-
+        parts.append(_table("Still holding", ("what", "PID", "class", "command", "why"), left))
     if r.get("stuck"):
-        t = Table(title="Survived SIGKILL (the next phase must not start)", title_justify="left")
-        for col in ("PID", "of", "kernel state", "GPUs", "command"):
-            t.add_column(col, overflow="fold")
-        for row in r["stuck"]:
-            t.add_row(str(row["pid"]), row["owner"], row["state"], _gpus(row["gpus"]), row["cmd"])
-        parts.append(t)
-
+        parts.append(_table("Survived SIGKILL (the next phase must not start)",
+                            ("PID", "of", "kernel state", "GPUs", "command"),
+                            [(t["pid"], t["owner"], t["state"], _gpus(t["gpus"]), t["cmd"]) for t in r["stuck"]]))
     if r.get("observers"):
-        t = Table(title="Observers (device file open, no GPU context: not blocking)", title_justify="left")
-        for col in ("GPU", "PID", "command", "seen via"):
-            t.add_column(col, overflow="fold")
-        for h in r["observers"]:
-            t.add_row(_gpus(h["gpus"]), str(h["pid"]), h["cmd"], ", ".join(h["via"]))
-        parts.append(t)
-
-    removed = r["shm"].get("removed", []) + r["pycache"].get("removed", [])
-    if removed or r["shm"].get("kept"):
-        t = Table(title="Files", title_justify="left")
-        t.add_column("file", overflow="fold")
-        t.add_column("action", overflow="fold")
-        for name in r["shm"].get("removed", []):
-            t.add_row(f"/dev/shm: {name}", "removed")
-        for k in r["shm"].get("kept", []):
-            t.add_row(f"/dev/shm: {k['name']}", f"kept: {k['reason']}")
-        for path in r["pycache"].get("removed", []):
-            t.add_row(path, "removed")
-        parts.append(t)
-
-    t = Table(title="Steps", title_justify="left")
-    for col in ("step", "s", "detail"):
-        t.add_column(col, overflow="fold")
-    for s in r["steps"]:
-        t.add_row(s["name"], f"{s['seconds']:.3f}", s["detail"])
-    parts.append(t)
+        parts.append(_table("Observers (device file open, no GPU context: not blocking)",
+                            ("GPU", "PID", "command", "seen via"),
+                            [(_gpus(h["gpus"]), h["pid"], h["cmd"], ", ".join(h["via"])) for h in r["observers"]]))
+    if rows := _file_rows(r):
+        parts.append(_table("Files", ("file", "action"), rows))
+    parts.append(_table("Steps", ("step", "s", "detail"), [(s["name"], f"{s['seconds']:.3f}", s["detail"])
+                                                          for s in r["steps"]]))
     if r["problems"]:
-        t = Table(title="Problems", title_justify="left", show_header=False)
-        t.add_column("problem", overflow="fold")
-        for p in r["problems"]:
-            t.add_row(p)
-        parts.append(t)
+        parts.append(_table("Problems", ("problem",), [(p,) for p in r["problems"]], show_header=False))
     return Group(*parts)
+
+
+def _ended_rows(r: dict) -> list[tuple]:
+    rows = [("service " + s["name"], m["pid"], m.get("comm", ""), s["signal"],
+             "survived" if m["pid"] in s["survivors"] else "gone", f"{s['seconds']:.3f}")
+            for s in r["services"] for m in s["members"]]
+    rows += [(e["reason"], e["pid"], e["cmd"], e["signal"], e["outcome"], f"{e['seconds']:.3f}") for e in r["ended"]]
+    rows += [("service " + s["name"], "-", "", "skipped", s["note"], "0") for s in r["services"]
+             if s["signal"] == "skipped"]
+    return rows
+
+
+def _file_rows(r: dict) -> list[tuple]:
+    rows = [(f"/dev/shm: {name}", "removed") for name in r["shm"].get("removed", [])]
+    rows += [(f"/dev/shm: {k['name']}", f"kept: {k['reason']}") for k in r["shm"].get("kept", [])]
+    rows += [(path, "removed") for path in r["pycache"].get("removed", [])]
+    rows += [(path, f"purged ({n} bytes)") for path, n in (r.get("scratch_bytes_removed") or {}).items() if n]
+    return rows
 
 
 def _gpus(gpus: list[int]) -> str:

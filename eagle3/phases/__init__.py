@@ -39,10 +39,10 @@ def exclusive_phase_dir(lock: Path, who: str) -> Iterator[None]:
 
 @contextlib.contextmanager
 def phase_lock(cfg, phase: str) -> Iterator[None]:
-    """The one lock a phase runs under (state/<phase>.lock), taken once per run by
-    eagle3.pipeline.run_phase or a single-phase CLI command, never by the phase body: a second
-    process on the same phase gets RunDirBusy at once (the lock is not re-entrant across file
-    descriptors, so the same process must not take it twice)."""
+    """The one lock a phase runs under (state/<phase>.lock), taken by eagle3.pipeline.run_phase
+    (every way of running a phase goes through it), never by the phase body: a second process on
+    the same phase gets RunDirBusy at once (the lock is not re-entrant across file descriptors, so
+    the same process must not take it twice)."""
     with exclusive_phase_dir(cfg.layout.phase_lock(phase), f"{phase} phase"):
         yield
 

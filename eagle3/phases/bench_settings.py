@@ -12,7 +12,7 @@ from ..inputfiles import dir_problem, file_problem
 
 
 class BenchWatch(Strict):
-    """Comparison of each benchmark result with the run dir's bench-history (eagle3/benchwatch.py)."""
+    """Comparison of each benchmark result with the run dir's bench-history (eagle3/bench/watch.py)."""
 
     enabled: bool = Field(True, description="Compare each result with the run dir's bench history.")
     fail_on_regression: bool = Field(True, description="A regression fails the phase (exit 1); false: only "
@@ -27,13 +27,13 @@ class BenchWatch(Strict):
 
 class BenchParity(Strict):
     """Serve-parity gate: the drafter served on a sample of its training prompts must come close to
-    what training measured on them (eagle3/benchgates.py)."""
+    what training measured on them (eagle3/bench/gates.py)."""
 
     enabled: bool = Field(True, description="Serve the drafter on a sample of its training prompts and compare "
                                             "with what training measured on them.")
     prompts: int = Field(16, ge=1, description="Training prompts in the sample, spread evenly over the rows data "
                                                "generation used.")
-    # A broken handover gives ~0; the sound fixture drafter, greedy on CPU, 0.35-0.41 (eagle3/benchgates.py).
+    # A broken handover gives ~0; the sound fixture drafter, greedy on CPU, 0.35-0.41 (eagle3/bench/gates.py).
     min_fraction: float = Field(0.3, gt=0, le=1, description=(
         "Measured (acceptance length - 1) must reach this share of training's expectation."))
     expected_full_acc: list[Annotated[float, Field(ge=0, le=1)]] | None = Field(None, description=(
@@ -92,7 +92,7 @@ class Bench(PhaseSettings):
 
     def file_checks(self, cfg) -> list[tuple[str, str]]:
         problems = []
-        # A saved dataset directory is a prompt set too (eagle3/promptsets.py).
+        # A saved dataset directory is a prompt set too (eagle3/prompts/sets.py).
         if self.prompts is not None and (why := file_problem(self.prompts)) and dir_problem(self.prompts):
             problems.append(("bench.prompts", f"{str(self.prompts)!r} {why}; give a prompt set file (JSONL, JSON, "
                              "parquet) or a saved dataset directory, or remove the key to benchmark on the prompts "

@@ -33,8 +33,7 @@ from ..engines.serving import base_url as server_url
 from ..engines.serving import api_key, start_server
 from ..errors import ConfigError, GateError, TransientError
 from ..fsio import atomic_write_json, read_json
-from ..openai_client import (EndpointConfigError, InvalidResponse, OpenAIClient, RequestRejected, RetriesExhausted,
-                             RetryPolicy)
+from ..openai_client import (EndpointConfigError, InvalidResponse, OpenAIClient, RequestRejected, RetriesExhausted, RetryPolicy)
 from ..progress import PhaseProgress
 from ..prompts import Prompt, PromptSet, load_prompts
 from ..process.services import Process, Supervisor

@@ -26,7 +26,6 @@ Resume: valid hs files are kept untouched; only missing and invalid ones are (re
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
@@ -40,19 +39,17 @@ from .. import progress
 from ..config import PipelineConfig
 from ..layout import EXTRACT_MANIFEST, PREPARED_INDEX
 from ..engines import hidden_states as hs_server
-from ..engines import speculators as spec_cli
+from ..engines import speculators_cli as spec_cli
 from ..engines.serving import base_url, client_env, start_server
 from ..errors import ConfigError, GateError, PipelineError, TransientError
 from ..fsio import atomic_write_json, read_json
 from ..progress import PhaseProgress
 from ..process.services import LaunchSpec, Process, Supervisor, StopOutcome
-from ..ticker import Ticker
 from . import PhaseSummary, ProgressFn
-from .extract_disk import (HEADER_BYTES, DiskSpaceError, bytes_per_token, check_disk, estimate_from_samples,
-                           exact_estimate)
-from .extract_manifest import (CONVENTION, CONVENTION_NOTE, DTYPE_BYTES, FILE_PATTERN, ExtractManifest, LayerPlan,
-                               extraction_dtype, read_extract_manifest, resolve_layer_plan, write_manifest)
-from .hs_files import HS_NAME, Expect, PreparedIndex, Scan, scan_dir
+from .extract_disk import (HEADER_BYTES, DiskSpaceError, bytes_per_token, check_disk, estimate_from_samples, exact_estimate)
+from .extract_manifest import (CONVENTION, CONVENTION_NOTE, DTYPE_BYTES, FILE_PATTERN, ExtractManifest, LayerPlan, extraction_dtype, read_extract_manifest, resolve_layer_plan, write_manifest)
+from .extract_progress import HsFileProgress
+from .hs_files import Expect, PreparedIndex, Scan, scan_dir
 from .. import hs_mode
 
 __all__ = ["run_extract", "read_extract_manifest", "ExtractManifest", "ExtractSummary", "ExtractPaths",
@@ -208,59 +205,13 @@ def _index(cfg: PipelineConfig, sup: Supervisor, paths: ExtractPaths) -> Prepare
         raise TransientError(f"{paths.index}: unreadable index of the prepared data ({e}); a rerun rebuilds it") from None
 
 
-class _ProgressWatcher(Ticker):
-    """Counts finished hs files while the client runs (a listdir per second) and reports them with
-    the bytes they hold (each file is stat'ed once: it appears complete, by rename) and the free
-    space left on their filesystem: on entry, on every change, and once more on exit."""
-
-    def __init__(self, directory: Path, total: int, fn: PhaseProgress, expected_bytes: int | None = None):
-        super().__init__(1.0, name="extract-progress")
-        self.directory, self.total, self.fn, self.expected = directory, total, fn, expected_bytes
-        self._sizes: dict[str, int] = {}
-        self._bytes = 0
-        self._last = -1
-
-    def count(self) -> int:
-        try:
-            names = os.listdir(self.directory)
-        except OSError:
-            return 0
-        done = [n for n in names if (m := HS_NAME.match(n)) and int(m.group(1)) < self.total]
-        for name in done:
-            if name not in self._sizes:
-                with contextlib.suppress(OSError):
-                    self._sizes[name] = (self.directory / name).stat().st_size
-                    self._bytes += self._sizes[name]
-        return len(done)
-
-    def _report(self, done: int) -> None:
-        try:
-            free = shutil.disk_usage(self.directory).free
-        except OSError:
-            free = None
-        self.fn(done, self.total, bytes_written=self._bytes, bytes_expected=self.expected, disk_free=free)
-
-    def tick(self) -> None:
-        done = self.count()
-        if done != self._last:
-            self._report(done)
-            self._last = done
-
-    def last_tick(self) -> None:
-        self._report(self.count())
-
-    def __enter__(self):
-        self._report(self.count())
-        return super().__enter__()
-
-
 def _generate(cfg: PipelineConfig, sup: Supervisor, server: Process, paths: ExtractPaths, total: int,
               report: PhaseProgress, expected_bytes: int) -> None:
     argv = spec_cli.generate_offline_data_argv(cfg.engines.speculators, base_url(cfg.extract.server) + "/v1",
                                                paths.prepared, paths.hidden_states, cfg.extract.concurrency,
                                                served_name=cfg.target.served_name)
     report.step(f"speculators generate-offline-data: writing hidden states (concurrency {cfg.extract.concurrency})")
-    with _ProgressWatcher(paths.hidden_states, total, report, expected_bytes):
+    with HsFileProgress(paths.hidden_states, total, report, expected_bytes):
         _run_against(sup, server, _command(cfg, paths, "generate-offline-data", argv, client=True))
 
 
@@ -314,26 +265,7 @@ def run_extract(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | 
 
 def _extract(cfg: PipelineConfig, sup: Supervisor, paths: ExtractPaths, plan: LayerPlan, samples: Path,
              report: PhaseProgress, t0: float) -> ExtractSummary:
-    dtype = extraction_dtype(cfg)
-    per_token = bytes_per_token(len(plan.layer_ids), plan.hidden_size, DTYPE_BYTES[dtype])
-    settings = content_settings(cfg, plan, dtype, samples)
-    _check_settings(paths, settings)  # a forced redo (eagle3.pipeline.run_phase) has removed them already
-
-    # Preflight: nothing has started yet.
-    estimate = estimate_from_samples(samples, cfg.extract.seq_length, per_token)
-    present = sum(p.stat().st_size for p in paths.hidden_states.glob("hs_*.safetensors")) \
-        if paths.hidden_states.is_dir() else 0
-    # Offline or online (hidden_states.mode): from phase 1's counts now, from the exact prepared
-    # data below; files already written count as free space (they are part of the estimate).
-    decision = hs_mode.decide(cfg, estimate, hs_mode.free_bytes(paths.dir)[0] + present)
-    if decision.mode == "offline":
-        check_disk(estimate, present, paths.hidden_states, cfg.extract.max_disk_bytes)
-    atomic_write_json(paths.settings, settings)  # from here on, outputs belong to these settings
-    # The manifest vouches for a complete set; it is rewritten only after the final check.
-    paths.manifest.unlink(missing_ok=True)
-    paths.summary.unlink(missing_ok=True)
-    log.info("extract: layers %s (%s convention), %s", list(plan.layer_ids), CONVENTION, estimate.describe())
-
+    dtype, per_token, settings, estimate, present = _preflight(cfg, paths, plan, samples)
     stop_leftovers(cfg, sup)
     shutil.rmtree(paths.staging, ignore_errors=True)  # half-written connector files of a killed run
     paths.staging.mkdir(parents=True)
@@ -386,6 +318,37 @@ def _extract(cfg: PipelineConfig, sup: Supervisor, paths: ExtractPaths, plan: La
             server.stop()
         shutil.rmtree(paths.staging, ignore_errors=True)
 
+    return _finish_offline(cfg, paths, plan, samples, settings, index, expect, before, estimate, exact, decision,
+                           server is not None, prepared_reused, t0)
+
+
+def _preflight(cfg: PipelineConfig, paths: ExtractPaths, plan: LayerPlan, samples: Path):
+    """Before anything starts: the settings the outputs will belong to (refused if existing outputs have
+    others), the estimate from phase 1's counts, and the disk check where the files will be written."""
+    dtype = extraction_dtype(cfg)
+    per_token = bytes_per_token(len(plan.layer_ids), plan.hidden_size, DTYPE_BYTES[dtype])
+    settings = content_settings(cfg, plan, dtype, samples)
+    _check_settings(paths, settings)  # a forced redo (eagle3.pipeline.run_phase) has removed them already
+    estimate = estimate_from_samples(samples, cfg.extract.seq_length, per_token)
+    present = sum(p.stat().st_size for p in paths.hidden_states.glob("hs_*.safetensors")) \
+        if paths.hidden_states.is_dir() else 0
+    # Offline or online (hidden_states.mode): from phase 1's counts now, from the exact prepared
+    # data later; files already written count as free space (they are part of the estimate).
+    decision = hs_mode.decide(cfg, estimate, hs_mode.free_bytes(paths.dir)[0] + present)
+    if decision.mode == "offline":
+        check_disk(estimate, present, paths.hidden_states, cfg.extract.max_disk_bytes)
+    atomic_write_json(paths.settings, settings)  # from here on, outputs belong to these settings
+    # The manifest vouches for a complete set; it is rewritten only after the final check.
+    paths.manifest.unlink(missing_ok=True)
+    paths.summary.unlink(missing_ok=True)
+    log.info("extract: layers %s (%s convention), %s", list(plan.layer_ids), CONVENTION, estimate.describe())
+    return dtype, per_token, settings, estimate, present
+
+
+def _finish_offline(cfg: PipelineConfig, paths: ExtractPaths, plan: LayerPlan, samples: Path, settings: dict,
+                    index: PreparedIndex, expect: Expect, before: Scan, estimate, exact, decision,
+                    server_started: bool, prepared_reused: bool, t0: float) -> ExtractSummary:
+    """Every file checked again before the manifest vouches for the set."""
     after = scan_dir(paths.hidden_states, index, expect)
     absent = [i for i in range(index.num_samples) if i not in after.valid and i not in after.invalid]
     if after.invalid:
@@ -407,7 +370,7 @@ def _extract(cfg: PipelineConfig, sup: Supervisor, paths: ExtractPaths, plan: La
         samples=index.num_samples, kept_files=kept, new_files=index.num_samples - kept,
         redone_files=len(before.invalid), total_tokens=index.total_tokens, total_bytes=total_bytes,
         estimated_bytes=estimate.bytes, layer_ids=list(plan.layer_ids), dtype=manifest.dtype,
-        server_started=server is not None, prepared_reused=prepared_reused,
+        server_started=server_started, prepared_reused=prepared_reused,
         elapsed_s=round(time.monotonic() - t0, 3), manifest=str(manifest_file),
         hidden_states_dir=str(paths.hidden_states), mode="offline", exact_estimated_bytes=exact.bytes)
     atomic_write_json(paths.summary, asdict(summary))

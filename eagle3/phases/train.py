@@ -31,19 +31,19 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..checkpoints import GateReport, check_drafter, needs_export
+from ..drafters.loadable import GateReport, check_drafter, needs_export
 from ..config import PipelineConfig
-from ..drafter_export import export_drafter
+from ..drafters.export import export_drafter
 from ..engines import trainer_compat
 from ..engines.serving import client_env
-from ..engines.drafter_formats import ENGINE_CONVENTION, LAYER_INPUT, PROVENANCE
-from ..engines.speculators import train_argv
+from ..drafters.formats import ENGINE_CONVENTION, LAYER_INPUT, PROVENANCE
+from ..engines.speculators_cli import train_argv
 from ..errors import CommandFailed, ConfigError, GateError, PipelineError, TrainingStopped
 from ..fsio import atomic_write_json, fsync_dir, read_json
 from ..layout import TRAIN_MANIFEST
 from ..progress import PhaseProgress
 from ..process.services import LaunchSpec, Supervisor
-from ..train_resume import INTERRUPTED, checkpoint_freq_allows_resume, finished_checkpoint, prepare_resume
+from .train_resume import INTERRUPTED, checkpoint_freq_allows_resume, finished_checkpoint, prepare_resume
 from . import PhaseSummary, ProgressFn, train_online
 from .extract_manifest import ExtractManifest, manifest_path, read_extract_manifest
 from .train_log import follow_training, validation_full_acc

@@ -1,6 +1,10 @@
-"""The bench/ scripts still run against the pack's current interfaces: each in its smoke mode, against
-the session's shared vLLM CPU server. bench/datagen_vs_vllm_bench.py broke silently once, when the
-phases began returning a PhaseSummary (issue 22)."""
+"""The bench/ scripts still run against the pack's current interfaces: each in its smoke mode (the
+script's own code path at the smallest size, nothing recorded), the datagen bench against the
+session's shared vLLM CPU server. bench/datagen_vs_vllm_bench.py broke silently once, when the phases
+began returning a PhaseSummary (issue 22), and bench/record_bench_history.py had broken the same way.
+The GPU-only scripts (handoff_bench.py, devfile_probe.py) run on a CPU stand-in here; the shell
+scripts, which drive the H200 machine, are checked for syntax and their usage line. A new script
+under bench/ fails test_every_bench_script_has_a_smoke_test until it gets one."""
 
 from __future__ import annotations
 
@@ -13,9 +17,66 @@ import pytest
 
 from tests.conftest import REPO
 
-pytestmark = [pytest.mark.slow, pytest.mark.engine, pytest.mark.timeout(600)]
+pytestmark = pytest.mark.timeout(600)
+SMOKED = {"datagen_vs_vllm_bench.py", "handoff_bench.py", "devfile_probe.py", "flow_overhead_bench.py",
+          "parity_probe.py", "record_bench_history.py", "gpu_e2e_record.py"}  # gpu_e2e_record: tests/bench/test_gpu_record.py
+SHELL = {"gpu_e2e.sh", "gpu_pack_deps.sh", "run_on_gpu.sh"}
+engine = [pytest.mark.slow, pytest.mark.engine]
 
 
+def _script(name: str, *args: str, timeout: float = 500, **kw) -> subprocess.CompletedProcess:
+    res = subprocess.run([sys.executable, str(REPO / "bench" / name), *args], capture_output=True, text=True,
+                         timeout=timeout, cwd=REPO, **kw)
+    assert res.returncode == 0, f"{name}: rc {res.returncode}\n{res.stdout[-2000:]}\n{res.stderr[-3000:]}"
+    return res
+
+
+def test_every_bench_script_has_a_smoke_test():
+    scripts = {p.name for p in (REPO / "bench").iterdir() if p.suffix in (".py", ".sh")}
+    assert scripts == SMOKED | SHELL, f"add a smoke test for {sorted(scripts - SMOKED - SHELL)}"
+
+
+@pytest.mark.parametrize("name", sorted(SHELL))
+def test_the_shell_scripts_parse_and_print_their_usage(name):
+    path = REPO / "bench" / name
+    assert subprocess.run(["bash", "-n", str(path)], capture_output=True).returncode == 0
+    if name != "run_on_gpu.sh":  # it takes no arguments: it runs the GPU tests at once
+        res = subprocess.run(["bash", str(path)], capture_output=True, text=True, timeout=30, cwd=REPO)
+        assert res.returncode != 0 and "usage" in res.stderr, res.stderr
+
+
+def test_handoff_bench_smoke():
+    res = _script("handoff_bench.py", "--smoke", timeout=120)
+    result = json.loads(res.stdout[res.stdout.index("{"):])
+    assert result["pack_rounds"] == result["ritual_rounds"] == 1 and "not a measurement" in result["smoke"]
+
+
+def test_devfile_probe_smoke():
+    res = _script("devfile_probe.py", "--smoke", timeout=60)
+    result = json.loads(res.stdout)
+    assert result["fds"] == [] and result["visible"] == "1"
+
+
+@pytest.mark.slow
+def test_flow_overhead_bench_smoke():
+    res = _script("flow_overhead_bench.py", "--smoke", env={k: v for k, v in os.environ.items()
+                                                            if not k.startswith("PREFECT_")})
+    assert "rep 1:" in res.stdout and "median of 1" in res.stdout and "(smoke: not judged)" in res.stdout
+
+
+@pytest.mark.parametrize("name", ["parity_probe.py", "record_bench_history.py"])
+@pytest.mark.slow
+@pytest.mark.engine
+def test_the_vllm_bench_scripts_smoke(name, tmp_path):
+    res = _script(name, str(tmp_path / "out"), "--smoke")
+    if name == "parity_probe.py":
+        assert res.stdout.startswith("smoke rows 0-1"), res.stdout
+    else:
+        assert "run 1: " in res.stdout and len(list((tmp_path / "out" / "history").glob("*.json"))) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.engine
 def test_datagen_client_vs_vllm_bench_smoke(vllm_server, tmp_path):
     out = tmp_path / "datagen-bench.json"
     res = subprocess.run([sys.executable, str(REPO / "bench" / "datagen_vs_vllm_bench.py"), "--smoke",

@@ -32,7 +32,8 @@ def metric_total(text: str, name: str) -> float:
 def test_server_tree_is_one_supervised_group(vllm_server):
     assert vllm_server.process.poll() is None
     assert vllm_server.config.target.served_name == SERVED
-    # vLLM runs the API server, EngineCore and a worker; stopping the group must reach all of them.
+    # vLLM runs the API server and EngineCore (the tests' config keeps the worker inside it; by default a third
+    # process); stopping the group must reach all of them.
     members = [p for p in vllm_server.group if not p.zombie]
     assert len(members) >= 2, f"expected the engine processes in the server's group, got {members}"
     assert vllm_server.process.entry.id in {e.id for e in vllm_server.supervisor.registry.entries()}

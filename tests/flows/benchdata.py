@@ -4,7 +4,7 @@ bench phase of noop_phases.py (knob "bench_report")."""
 
 from __future__ import annotations
 
-from eagle3.benchmath import best_k, evaluate_gate, table
+from eagle3.bench.stats import best_k, evaluate_gate, table
 from eagle3.engines.metrics import SpecCounters, acceptance
 
 

@@ -147,8 +147,8 @@ def _phase(phase: str, cfg, sup, on_progress=None) -> PhaseSummary:
 
 
 def _bench_report(cfg, out: Path, regression: bool) -> dict:
-    """What the real bench phase leaves and returns, from synthetic numbers (eagle3.report renders them)."""
-    from eagle3.report import write_report
+    """What the real bench phase leaves and returns, from synthetic numbers (eagle3.bench.report renders them)."""
+    from eagle3.bench.report import write_report
 
     results = synthetic_results(cfg.name, trained=regression, floor=3.0 if regression else 1.3)
     (out / "results.json").write_text(json.dumps(results))

@@ -24,7 +24,7 @@ def _artifacts(key: str):
 def test_publish_bench_artifacts(prefect_server, tmp_path):
     from prefect import flow
 
-    from eagle3.report import write_report
+    from eagle3.bench.report import write_report
     from tasks.artifact_keys import artifact_key
     from tasks.bench_artifacts import publish_bench_artifacts
     from tests.flows.benchdata import synthetic_results as _results
@@ -65,7 +65,7 @@ def test_publish_the_trend_of_the_recorded_history(prefect_server, tmp_path):
 
     from prefect import flow
 
-    from eagle3.benchtrend import write_trend
+    from eagle3.bench.trend import write_trend
     from tasks.artifact_keys import artifact_key
     from tasks.bench_artifacts import publish_bench_artifacts
     from tests.flows.benchdata import synthetic_results as _results

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from flowkit import run_artifacts
 
-from eagle3.benchwatch import read_history
+from eagle3.bench.watch import read_history
 from eagle3.fsio import atomic_write_json
 from tests.conftest import free_port, requires_engine, write_tiny_config
 

@@ -56,3 +56,30 @@ def test_eagle3_run_on_the_embedded_server(tmp_path):
     assert flows == [("eagle3-pipeline", "COMPLETED")]
     assert {p: tasks[p] for p in PHASES} == dict.fromkeys(PHASES, "Completed")
     assert sum(1 for name in tasks if name.startswith("handoff-after-")) == len(PHASES) + 1
+
+
+def test_a_failure_is_said_once_with_its_cause_and_its_fix(tmp_path):
+    """The preflight doctor refuses (the stand-in model dir has no weights): the check's own line and
+    the run's last line name the cause, each once, with one fix; no traceback, no restatement by
+    Prefect's engine on the console; `eagle3 status` names the step and the cause."""
+    home = tmp_path / "prefect-home"
+    path = write_noop_config(tmp_path / "cfg", name="cli-refused")
+    env = base_env() | overrides_env() | {"PREFECT_HOME": str(home)}
+    try:
+        res = subprocess.run([EAGLE3, "run", str(path)], env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                             text=True, timeout=500)
+    finally:
+        end_session_leftovers(home)
+    text = res.stdout + res.stderr
+    assert res.returncode == 1, text[-4000:]
+    cause = "has config.json but no weight files"
+    assert text.count(cause) == 2, text[-6000:]  # the doctor's line for the check, and the run's last line
+    last = [line for line in res.stderr.splitlines() if line.strip()][-1]
+    assert last.startswith("error: pipeline cli-refused ended FAILED in preflight: DoctorFailed: preflight failed: "
+                           "model-files: ") and cause in last, last
+    assert last.count("fix:") == 1 and "more failed check(s), each logged with its fix" in last
+    assert "Traceback" not in text and "Finished in state Failed" not in text, text[-6000:]
+    assert counts(path.parent / "run") == dict.fromkeys(PHASES, 0), "no phase ran"
+    shown = subprocess.run([EAGLE3, "status", str(path.parent / "run")], capture_output=True, text=True, timeout=60)
+    error = next(line for line in shown.stdout.splitlines() if line.startswith("error"))
+    assert "preflight: DoctorFailed: preflight failed: model-files:" in error and cause in error, shown.stdout

@@ -185,6 +185,9 @@ def test_a_worker_run_logs_the_progress_lines_in_its_flow_run_log(worker, tmp_pa
 
 
 def worker_env() -> dict:
+    """The worker's view: no Prefect settings of the session, the no-op phase table it runs."""
     import os
 
-    return {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    from noop_phases import overrides_env
+
+    return {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")} | overrides_env()

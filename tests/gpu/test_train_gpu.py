@@ -127,7 +127,7 @@ def train_and_stop_mid_epoch(cfg, after: tuple[str, str], deadline_s: float = 30
 
 
 def test_train_stop_resume_gate(tmp_path):
-    from eagle3.checkpoints import check_drafter
+    from eagle3.drafters.loadable import check_drafter
     from eagle3.phases.train import run_train
     from eagle3.process.services import Supervisor, state_dir_for
 

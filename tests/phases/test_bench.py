@@ -22,12 +22,12 @@ from pathlib import Path
 
 import pytest
 
-from eagle3.benchmath import LIKELY_CAUSES, best_k, evaluate_gate, gate_error_text, table
+from eagle3.bench.stats import LIKELY_CAUSES, best_k, evaluate_gate, gate_error_text, table
 from eagle3.engines import benchclient
 from eagle3.engines.metrics import SpecCounters, acceptance
 from eagle3.errors import ConfigError, GateError
 from eagle3.phases.bench import BenchPaths, held_out_prompts, run_bench
-from eagle3.report import markdown, plot_png
+from eagle3.bench.report import markdown, plot_png
 from tests.flows.benchdata import synthetic_results as _results, synthetic_runs as _runs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -126,7 +126,7 @@ def test_report_markdown_and_plot():
 
 def test_foreign_traffic_is_detected_from_the_servers_counts():
     from eagle3.engines.metrics import Traffic
-    from eagle3.phases.bench import foreign_traffic
+    from eagle3.bench.measure import foreign_traffic
 
     load = benchclient.LoadResult(8, 0, 1.0, 100, 256, 8.0, 256.0, *([None] * 8), None, "r.json")
     assert foreign_traffic(load, Traffic(8, 100, 256)) is None
@@ -157,7 +157,7 @@ slow = [pytest.mark.slow, pytest.mark.engine]
 
 @pytest.fixture(scope="module")
 def constant_drafter(tiny_constant_model):
-    from eagle3.engines.drafters import DrafterSpec, ensure_drafter
+    from eagle3.drafters.testmaker import DrafterSpec, ensure_drafter
     from eagle3.tinymodel import default_engine
 
     return ensure_drafter(REPO / "models" / "tiny-drafter-constant", tiny_constant_model, default_engine(),
@@ -173,7 +173,7 @@ def comparison_target(tiny_model) -> Path:
 
 @pytest.fixture(scope="module")
 def random_drafter(comparison_target):
-    from eagle3.engines.drafters import DrafterSpec, ensure_drafter
+    from eagle3.drafters.testmaker import DrafterSpec, ensure_drafter
     from eagle3.tinymodel import default_engine
 
     name = "tiny-drafter-random-fixture" if comparison_target == FIXTURE_TARGET else "tiny-drafter-random"
@@ -320,7 +320,7 @@ def test_gate_failure_and_untrained_report_reuse_the_measurements(constant_run, 
 def untrained_k3(comparison_target, random_drafter, tmp_path_factory):
     """One server: a tiny target with an untrained (random) drafter, k=3."""
     from eagle3.engines import benchclient as bc
-    from eagle3.phases.bench import measure_server
+    from eagle3.bench.measure import measure_server
     from eagle3.pipeline import supervisor
 
     cfg = _bench_config(tmp_path_factory.mktemp("bench-untrained"), comparison_target, random_drafter, trained=False,
@@ -349,7 +349,7 @@ def test_trained_fixture_beats_the_untrained_drafter(comparison_target, untraine
         pytest.skip(f"no trained tiny drafter at {TRAINED_FIXTURE} (it is produced on a GPU by the training issue; "
                     "set EAGLE3_TRAINED_DRAFTER_FIXTURE to use another path)")
     from eagle3.engines import benchclient as bc
-    from eagle3.phases.bench import measure_server
+    from eagle3.bench.measure import measure_server
     from eagle3.pipeline import supervisor
 
     assert comparison_target == FIXTURE_TARGET, "the fixture drafter was trained for the fixture target"

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import json
 
-from eagle3.benchsetup import drafter_checksum
-from eagle3.engines.drafter_formats import PROVENANCE
+from eagle3.bench.provenance import drafter_checksum
+from eagle3.drafters.formats import PROVENANCE
 from eagle3.phases import bench
 
 

@@ -24,6 +24,7 @@ from eagle3.phases.extract_disk import DiskSpaceError, check_disk, exact_estimat
 from eagle3.phases.extract_manifest import ManifestError, read_extract_manifest, resolve_layer_plan
 from eagle3.pipeline import state_dir, supervisor
 from eagle3.process.services import LaunchSpec, Supervisor
+from tests.reliability.standins import mark_done
 
 REPO = Path(__file__).resolve().parents[2]
 ENGINE_PYTHON = REPO / ".venv-engine" / "bin" / "python"
@@ -57,6 +58,7 @@ def write_phase1(cfg, n: int) -> Path:
             meta = {"line": i, "finish_reason": "stop", "reasoning": "", "prompt_tokens": len(user) // 3 + 6,
                     "completion_tokens": len(answer) // 3, "prompt_token_ids": [], "token_ids": []}
             fh.write(json.dumps({"id": f"x{i:03d}", "conversations": conv, "meta": meta}) + "\n")
+    mark_done(cfg, "datagen")  # as after a real datagen run: `eagle3 extract` checks its upstream
     return path
 
 
@@ -143,7 +145,7 @@ def test_free_space_refusal_names_both_numbers(tmp_path):
 
 def test_connector_choice_and_command_lines(tmp_path):
     from eagle3.config import EngineEnv
-    from eagle3.engines import hidden_states, speculators
+    from eagle3.engines import hidden_states, speculators_cli as speculators
 
     def flags(argv):
         return {argv[i]: argv[i + 1] for i in range(len(argv) - 1) if argv[i].startswith("--")}

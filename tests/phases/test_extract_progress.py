@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 
 from eagle3 import progress
-from eagle3.phases.extract import _ProgressWatcher
+from eagle3.phases.extract_progress import HsFileProgress
 from eagle3.progress import PROGRESS, PhaseProgress
 
 
@@ -15,7 +15,7 @@ def test_watcher_reports_files_bytes_and_free_space(tmp_path):
     (hs / "hs_0.safetensors").write_bytes(b"x" * 1000)  # kept from an earlier run: counts from the start
     events, calls = [], []
     with progress.subscribed(events.append):
-        with _ProgressWatcher(hs, 4, PhaseProgress("extract", lambda d, t: calls.append((d, t)), unit="samples"),
+        with HsFileProgress(hs, 4, PhaseProgress("extract", lambda d, t: calls.append((d, t)), unit="samples"),
                               expected_bytes=4000):
             for i in (1, 2):
                 (hs / f"hs_{i}.safetensors").write_bytes(b"x" * 1000)

@@ -16,9 +16,8 @@ import pytest
 
 from eagle3.errors import ConfigError
 from eagle3.phases.train import SGLANG_TRAIN_FLAGS, build_argv, trainer_gpus, use_dry_run
-from eagle3.torch_pickle import TorchFileError, load_plain
-from eagle3.train_resume import (checkpoint_freq_allows_resume, finished_checkpoint, prepare_resume,
-                                 scheduler_step)
+from eagle3.phases.torch_pickle import TorchFileError, load_plain
+from eagle3.phases.train_resume import (checkpoint_freq_allows_resume, finished_checkpoint, prepare_resume, scheduler_step)
 from tests.test_checkpoints import make_ckpt
 
 RESUME = Path(__file__).resolve().parents[1] / "fixtures" / "eagle3-tiny" / "resume"

@@ -19,10 +19,11 @@ import pytest
 
 from eagle3 import hs_mode
 from eagle3.process import procfs
-from eagle3.phases.extract import ExtractPaths, run_extract
+from eagle3.phases import PhaseSummary
+from eagle3.phases.extract import ExtractPaths
 from eagle3.phases.extract_disk import HEADER_BYTES
 from eagle3.phases.extract_manifest import read_extract_manifest, resolve_layer_plan
-from eagle3.pipeline import state_dir, supervisor
+from eagle3.pipeline import run_phase, state_dir, supervisor
 from eagle3.process.services import LaunchSpec, Supervisor
 
 from tests.phases.test_extract import EAGLE3, extract_config, write_phase1  # noqa: F401 (fixture)
@@ -45,7 +46,7 @@ def test_online_step_auto_chosen_bounded_killed_and_resumed(extract_config, tmp_
 
     sup = supervisor(cfg)
     try:
-        summary = run_extract(cfg, sup)
+        summary = PhaseSummary.from_dict(run_phase(cfg, "extract", sup)["summary"])  # `eagle3 train` checks it is done
     finally:
         sup.stop_all()
     monkeypatch.undo()

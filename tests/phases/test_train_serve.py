@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from eagle3.checkpoints import check_drafter
+from eagle3.drafters.loadable import check_drafter
 from eagle3.engines.metrics import acceptance, scrape_vllm
 from eagle3.engines.serving import base_url, start_server
 from eagle3.phases.datagen import run_datagen

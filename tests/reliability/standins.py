@@ -129,7 +129,7 @@ def mark_done(cfg, phase: str) -> None:
 def _report_output(cfg, sup, on_progress=None):
     from eagle3.phases import PhaseSummary
 
-    return PhaseSummary(str(cfg.phase_dir("datagen")), "output written by the test", {})
+    return PhaseSummary(str(cfg.run_dir), "output written by the test", {})
 
 
 def eagle3_run_env(home: Path, table: str | None = None) -> dict:

@@ -10,8 +10,8 @@ import re
 import time
 from pathlib import Path
 
-from .fsio import atomic_write_json, file_lock, read_json
-from .layout import RunLayout
+from ..fsio import atomic_write_json, file_lock, read_json
+from ..layout import RunLayout
 
 _ERROR_LINE = re.compile(r"(Error|Exception|error:|FAILED|Traceback|Killed|Aborted|CUDA|NCCL|OOM)", re.I)
 _NOISE = [(re.compile(r"0x[0-9a-fA-F]+"), "0x?"), (re.compile(r"(/[\w.\-]+)+"), "<path>"),

@@ -8,7 +8,7 @@ Inputs are the JSON-ready server runs the bench phase records (see eagle3/phases
 
 from __future__ import annotations
 
-from .engines.metrics import SpecCounters, acceptance
+from ..engines.metrics import SpecCounters, acceptance
 
 # What makes a trained drafter's acceptance collapse (docs/FACTS.md §2, §7, §8 F4/F7).
 LIKELY_CAUSES = [

@@ -25,8 +25,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .fsio import atomic_write_json, fsync_dir, read_json
-from .safetensors_header import SafetensorsError, read_header
+from ..fsio import atomic_write_json, fsync_dir, read_json
+from ..safetensors_header import SafetensorsError, read_header
 from .torch_pickle import TorchFileError, load_plain
 
 INTERRUPTED = "interrupted"

@@ -301,7 +301,7 @@ def _num(v: float) -> str:
 
 def markdown(w: dict) -> list[str]:
     """The report's section on the watch: this run's figures with their intervals, then the comparison."""
-    lines = ["", "**Figures with 95 % intervals** (see eagle3/benchwatch.py for how each is computed):", "",
+    lines = ["", "**Figures with 95 % intervals** (see eagle3/bench/watch.py for how each is computed):", "",
              "| config | concurrency | output tok/s | mean TPOT ms | acceptance length | per position % |",
              "|---|---:|---|---|---|---|"]
     for f in sorted(w["figures"].values(), key=lambda f: (f["k"], f["concurrency"])):

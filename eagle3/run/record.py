@@ -23,16 +23,16 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-from .process import procfs
-from . import progress
-from . import phase_table
-from .config import PipelineConfig
-from .fsio import atomic_write_json
-from .progress import END, PROGRESS, START, WAIT, Event, Tracker
-from .layout import RunLayout
+from ..process import procfs
+from .. import progress
+from .. import phase_table
+from ..config import PipelineConfig
+from ..fsio import atomic_write_json
+from ..progress import END, PROGRESS, START, WAIT, Event, Tracker
+from ..layout import RunLayout
 
 WRITE_EVERY_S = 1.0
-log = logging.getLogger("eagle3.runstate")
+log = logging.getLogger("eagle3.run.record")
 
 
 def run_file(run_dir: Path) -> Path:

@@ -16,11 +16,10 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .engines.drafter_formats import (ENGINE_CONVENTION, ENGINES, EXPECTED, LAYER_INPUT, DrafterConfig, Problem,
-                                      config_problems, from_layer_input, parse_config, to_layer_input)
-from .errors import ConfigError, echo
-from .inputfiles import MAX_JSON_BYTES, dir_problem, file_problem, read_capped
-from .safetensors_header import SafetensorsError, TensorInfo, read_header
+from .formats import (ENGINE_CONVENTION, ENGINES, EXPECTED, LAYER_INPUT, DrafterConfig, Problem, config_problems, from_layer_input, parse_config, to_layer_input)
+from ..errors import ConfigError, echo
+from ..inputfiles import MAX_JSON_BYTES, dir_problem, file_problem, read_capped
+from ..safetensors_header import SafetensorsError, TensorInfo, read_header
 
 WEIGHTS_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"

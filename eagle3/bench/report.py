@@ -9,9 +9,9 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from .benchgates import markdown as gates_markdown
-from .benchwatch import markdown as watch_markdown
-from .fsio import atomic_write_bytes, atomic_write_text
+from .gates import markdown as gates_markdown
+from .watch import markdown as watch_markdown
+from ..fsio import atomic_write_bytes, atomic_write_text
 
 
 def _f(v, nd: int = 2, suffix: str = "") -> str:

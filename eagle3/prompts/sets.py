@@ -2,7 +2,7 @@
 code, ...) so acceptance can be reported per category, as drafters are published.
 
 Read (by path):
-  *.jsonl            one row per line: the rows of eagle3/prompts.py, ShareGPT rows, or MT-Bench
+  *.jsonl            one row per line: the rows of eagle3/prompts/__init__.py, ShareGPT rows, or MT-Bench
                      question rows {"question_id", "category", "turns": ["...", ...]}
   *.json             a JSON list of such rows (ShareGPT's file layout)
   *.parquet          a table with such columns (pyarrow)
@@ -18,8 +18,8 @@ import hashlib
 import json
 from pathlib import Path
 
-from .errors import ConfigError
-from .prompts import PromptSet, jsonl_rows, validate_rows
+from ..errors import ConfigError
+from . import PromptSet, jsonl_rows, validate_rows
 
 
 def _mt_bench(row: dict) -> dict:

@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 ROLE_ALIASES = {
     "user": "user", "human": "user",
@@ -166,7 +166,7 @@ def validate_rows(path: Path, sha256: str, rows_in, max_samples: int | None = No
                           "datagen.skip_invalid_prompts: true to skip them:\n" + "\n".join(shown) + more)
     if not prompts:
         raise ConfigError(f"{path}: no usable prompt rows ({rows} non-blank lines); see the accepted formats in "
-                          "eagle3/prompts.py" + "".join(f"\n{p}" for p in problems[:MAX_SHOWN]))
+                          "eagle3/prompts/" + "".join(f"\n{p}" for p in problems[:MAX_SHOWN]))
     if max_samples is not None:
         prompts = prompts[:max_samples]
     return PromptSet(path, sha256, prompts, problems, rows)

@@ -15,9 +15,9 @@ import threading
 import time
 from typing import Callable, Iterator
 
-from . import phase_table
-from .progress import END, NOTE, START, STEP, WAIT, Event, Tracker, describe, emit, fmt_duration, subscribed, watched_by
-from .ticker import Ticker
+from .. import phase_table
+from . import END, NOTE, START, STEP, WAIT, Event, Tracker, describe, emit, fmt_duration, subscribed, watched_by
+from ..ticker import Ticker
 
 INTERVAL_ENV = "EAGLE3_PROGRESS_INTERVAL_S"
 MODE_ENV = "EAGLE3_PROGRESS"  # auto (default) | live | plain | off

@@ -50,7 +50,7 @@ def _sha256(path: Path) -> str:
 
 
 def expected_stamp(target: Path, spec: DrafterSpec) -> dict:
-    return {"builder": "eagle3.engines.drafters", "spec": asdict(spec), "builder_sha256": _sha256(BUILDER),
+    return {"builder": "eagle3.drafters.testmaker", "spec": asdict(spec), "builder_sha256": _sha256(BUILDER),
             "target": str(Path(target).resolve()), "target_config_sha256": _sha256(Path(target) / "config.json")}
 
 

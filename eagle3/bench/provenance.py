@@ -1,5 +1,5 @@
 """What a benchmark result was measured with, beyond the config: the drafter's checksum and the
-machine (GPU model, driver). The benchmark watch (eagle3/benchwatch.py) compares results only
+machine (GPU model, driver). The benchmark watch (eagle3/bench/watch.py) compares results only
 between runs of the same drafter, and names any of these that changed since the last good run."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from .engines.drafter_formats import PROVENANCE
-from .errors import PipelineError
-from .handoff.gpus import GpuState
+from ..drafters.formats import PROVENANCE
+from ..errors import PipelineError
+from ..handoff.gpus import GpuState
 
 DRAFTER_FILES = ("*.json", "*.safetensors")  # config, index and weights; not logs or optimizer states
 CHUNK = 1 << 20
@@ -36,7 +36,7 @@ def platform(gpus: list[int]) -> dict:
     names and the driver version as NVML reports them (None where NVML is unavailable)."""
     if not gpus:
         return {"device": "cpu", "gpu_names": [], "driver": None}
-    from .handoff.gpus import NvmlBackend
+    from ..handoff.gpus import NvmlBackend
 
     try:
         backend = NvmlBackend()

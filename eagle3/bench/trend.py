@@ -7,8 +7,8 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from .benchwatch import read_history
-from .fsio import atomic_write_bytes, atomic_write_text
+from .watch import read_history
+from ..fsio import atomic_write_bytes, atomic_write_text
 
 
 def trend_rows(history: list[tuple[str, dict]]) -> list[dict]:

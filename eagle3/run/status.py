@@ -13,14 +13,14 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from .process import lease, procfs
-from . import phase_table
-from .config import load_config
-from .errors import ConfigError
-from .fsio import read_json
-from .progress import PhaseView, describe, eta_left, fmt_bytes, fmt_duration
-from .layout import RunLayout
-from .process.services import Entry
+from ..process import lease, procfs
+from .. import phase_table
+from ..config import load_config
+from ..errors import ConfigError
+from ..fsio import read_json
+from ..progress import PhaseView, describe, eta_left, fmt_bytes, fmt_duration
+from ..layout import RunLayout
+from ..process.services import Entry
 
 
 def resolve(target: Path) -> tuple[Path, str | None]:

@@ -22,12 +22,11 @@ import struct
 import uuid
 from pathlib import Path
 
-from .engines.drafter_formats import (ENGINES, LAYER_INPUT, LAYER_OUTPUT, SGLANG_ARCH, DrafterConfig,
-                                      from_layer_input, parse_config, to_layer_input)
-from .errors import GateError, echo
-from .fsio import atomic_write_json, fsync_dir
-from .inputfiles import MAX_JSON_BYTES, read_capped
-from .safetensors_header import Header, read_header
+from .formats import (ENGINES, LAYER_INPUT, LAYER_OUTPUT, SGLANG_ARCH, DrafterConfig, from_layer_input, parse_config, to_layer_input)
+from ..errors import GateError, echo
+from ..fsio import atomic_write_json, fsync_dir
+from ..inputfiles import MAX_JSON_BYTES, read_capped
+from ..safetensors_header import Header, read_header
 
 COPY_CHUNK = 16 * 1024 * 1024
 CONFIG_DROP = ("speculators_model_type", "speculators_version", "speculators_config", "auto_map",

@@ -16,8 +16,8 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ConfigError
-from .fsio import atomic_write_text
+from ..errors import ConfigError
+from ..fsio import atomic_write_text
 
 HELDOUT_BUCKETS = 16  # one text in 16 is held out (bucket 0)
 

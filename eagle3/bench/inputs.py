@@ -1,0 +1,113 @@
+"""What the benchmark serves and sends: the drafter (bench.drafter, else the train phase's manifest),
+the held-out prompts, and the sample of training prompts the serve-parity gate measures."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from ..config import PipelineConfig
+from ..drafters.formats import PROVENANCE
+from ..drafters.testmaker import drafter_aux_ids
+from ..errors import ConfigError
+from ..fsio import read_input_json
+from ..prompts import load_prompts
+from ..prompts.sets import load_prompt_set
+from ..phases.train_manifest import read_train_manifest
+
+def resolve_drafter(cfg: PipelineConfig) -> dict:
+    """Which drafter to serve and whether it is trained: bench.drafter if set, else the train
+    phase's manifest (a dry-run checkpoint there is trained: false)."""
+    b = cfg.bench
+    if b.drafter is not None:
+        if not (b.drafter / "config.json").is_file():
+            raise ConfigError(f"bench.drafter: {str(b.drafter)!r} has no config.json; point it at a drafter checkpoint")
+        return {"path": str(b.drafter), "trained": b.drafter_trained, "source": "bench.drafter (config)",
+                "status": "TRAINED (as declared by bench.drafter_trained)" if b.drafter_trained else "UNTRAINED",
+                "aux_layer_ids": drafter_aux_ids(b.drafter), "aux_layer_ids_convention": None,
+                "train_manifest": None, "data": (read_input_json(b.drafter / PROVENANCE) or {}).get("data")}
+    m = read_train_manifest(cfg)
+    path = Path(m["checkpoint"])
+    if m.get("engine") not in (None, b.engine):
+        raise ConfigError(f"{cfg.layout.train_manifest}: the drafter was gated and exported for {m['engine']!r}, but "
+                          f"bench.engine is {b.engine!r}; rerun the train phase (`eagle3 run --from train`)")
+    if not (path / "config.json").is_file():
+        raise ConfigError(f"{cfg.layout.train_manifest}: checkpoint {str(path)!r} is missing; rerun the train phase")
+    return {"path": str(path), "trained": bool(m["trained"]), "source": "train manifest", "status": m.get("status"),
+            "aux_layer_ids": m.get("aux_layer_ids"), "aux_layer_ids_convention": m.get("aux_layer_ids_convention"),
+            "aux_layer_ids_vllm": m.get("aux_layer_ids_vllm"), "config_aux_layer_ids": drafter_aux_ids(path),
+            "train_manifest": str(cfg.layout.train_manifest), "val_full_acc": m.get("val_full_acc"),
+            "data": m.get("data")}
+
+
+def parity_expectation(cfg: PipelineConfig, drafter: dict) -> tuple[list[float] | None, str | None]:
+    """What training measured (per-position validation accuracy), and where that figure comes from."""
+    if cfg.bench.parity.expected_full_acc:
+        return list(cfg.bench.parity.expected_full_acc), "bench.parity.expected_full_acc (config)"
+    if drafter.get("val_full_acc"):
+        return list(drafter["val_full_acc"]), f"{drafter['train_manifest']} (val_full_acc from the trainer's log)"
+    return None, None
+
+
+def training_prompts(cfg: PipelineConfig) -> list:
+    """A sample (bench.parity.prompts) of the prompts the drafter was trained on: rows spread evenly
+    over those of datagen.prompts that data generation used (acceptance differs a lot between
+    families of prompts: rows next to each other are often one family)."""
+    d = cfg.datagen
+    ps = load_prompts(d.prompts, None, skip_invalid=d.skip_invalid_prompts)
+    used = _datagen_ids(cfg)
+    if used is None:
+        used = {p.id for p in ps.prompts[: d.max_samples]} if d.max_samples else set(ps.ids)
+    rows = [p for p in ps.prompts if p.id in used]
+    n = min(cfg.bench.parity.prompts, len(rows))
+    return [rows[i * len(rows) // n] for i in range(n)]
+
+
+def _datagen_ids(cfg: PipelineConfig) -> set[str] | None:
+    """Ids data generation wrote (None if it has no samples file). Read-only and tolerant of a
+    torn last row: this phase must never modify phase 1's files."""
+    try:
+        data = cfg.layout.samples.read_bytes()
+    except FileNotFoundError:
+        return None
+    ids = set()
+    for line in data.split(b"\n"):
+        try:
+            ids.add(str(json.loads(line)["id"]))
+        except (ValueError, KeyError, TypeError):
+            continue
+    return ids
+
+
+def held_out_prompts(cfg: PipelineConfig) -> dict:
+    """The benchmark prompts: bench.prompts if set, else the rows of datagen.prompts that phase 1
+    did not generate from (prompts the drafter never trained on). Returns texts (the last user
+    turn of each row: the load generators send one user message) plus provenance."""
+    b = cfg.bench
+    if b.prompts is not None:
+        ps, selection = load_prompt_set(b.prompts), "bench.prompts"
+        rows = ps.prompts
+    else:
+        d = cfg.datagen
+        ps = load_prompts(d.prompts, None, skip_invalid=d.skip_invalid_prompts)
+        used = _datagen_ids(cfg)
+        if used is None:  # phase 1's output is gone: hold out what it would have taken
+            used = {p.id for p in ps.prompts[: d.max_samples]} if d.max_samples else set(ps.ids)
+        rows = [p for p in ps.prompts if p.id not in used]
+        selection = f"held out: not among the {len(used)} prompts data generation used"
+        if not rows:
+            raise ConfigError(f"bench: no held-out prompts: data generation used all {len(ps.prompts)} rows of "
+                              f"{d.prompts}; lower datagen.max_samples below the prompt count, or give a separate "
+                              "benchmark prompt set in bench.prompts")
+    need = b.num_prompts + b.warmup_prompts
+    measured, spare = rows[: b.num_prompts], rows[b.num_prompts: need]
+    texts = [p.messages[-1]["content"] for p in measured]
+    return {"path": str(ps.path), "selection": selection, "count": len(texts), "requested": b.num_prompts,
+            "ids": [p.id for p in measured], "texts": texts,
+            # Warm-up uses other prompts than the measured ones where there are enough, so the
+            # measured prefills do not all hit vLLM's prefix cache.
+            "warmup_texts": [p.messages[-1]["content"] for p in spare] or texts,
+            "multi_turn_reduced": sum(1 for p in measured if len(p.messages) > 1),
+            "categories": [p.category for p in measured],
+            "sha256": hashlib.sha256(json.dumps(texts).encode()).hexdigest()}

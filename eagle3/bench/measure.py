@@ -1,0 +1,208 @@
+"""Measuring one server: warm-up, then one load-generator window per concurrency, with the server's
+spec-decode counters scraped right before and right after each window."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from pathlib import Path
+from typing import Callable
+
+from .. import progress
+from ..config import PipelineConfig
+from ..engines import benchclient, loadgen
+from ..engines.metrics import SpecCounters, Traffic, acceptance, engine_version, scrape_vllm_all, sglang_accept_length
+from ..engines.serving import api_key, base_url, start_server
+from ..engines.spec_decode import acceptance_source, spec_args
+from ..errors import CommandFailed, ConfigError, TransientError
+from ..openai_client import OpenAIClient, RetryPolicy
+from ..process.services import Process, Supervisor
+from ..phases import run_coroutine
+from .paths import PHASE, BenchPaths, slug
+
+WINDOW_ATTEMPTS = 3  # measurements of one window before foreign traffic fails the phase
+log = logging.getLogger("eagle3.bench")
+
+
+def _headers(cfg: PipelineConfig) -> dict[str, str]:
+    key = api_key(cfg, cfg.bench.server, "bench.server")
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+def _snapshot(cfg: PipelineConfig, url: str, k: int) -> tuple[SpecCounters | None, Traffic | None]:
+    """vLLM: (spec-decode counters or None for the baseline, traffic counters). SGLang: (None, None)."""
+    if cfg.bench.engine != "vllm":
+        return None, None
+    spec, traffic = scrape_vllm_all(url, cfg.target.served_name, _headers(cfg))
+    if k and spec is None:
+        # The drafter is configured, yet the server counts no speculation: it is not speculating.
+        raise ConfigError(f"{url}/metrics has no vllm:spec_decode_* counters although the server was started with "
+                          "a speculative config; check the server log for how it parsed --speculative-config")
+    return spec, traffic
+
+
+def foreign_traffic(load: benchclient.LoadResult, served: Traffic) -> str | None:
+    """Why the server's own counts over a window do not match the load generator's requests
+    (someone else used the server meanwhile), or None when the window holds exactly them."""
+    if not load.completed <= served.requests <= load.completed + load.failed:
+        return (f"the server finished {served.requests} requests, the load generator {load.completed} "
+                f"(+{load.failed} failed)")
+    if not load.failed and served.generation_tokens != load.total_output_tokens:
+        return (f"the server generated {served.generation_tokens} tokens, the load generator received "
+                f"{load.total_output_tokens}")
+    return None
+
+
+def _warmup(cfg: PipelineConfig, url: str, texts: list[str]) -> dict:
+    """A few chat requests with the benchmark's sampling, so one-time costs (first allocations,
+    graph/kernel warm-up) fall outside the measured windows."""
+    b = cfg.bench
+    todo = [texts[i % len(texts)] for i in range(b.warmup_prompts)]
+    if not todo:
+        return {"requests": 0, "seconds": 0.0}
+    key = api_key(cfg, b.server, "bench.server")
+
+    async def go() -> None:
+        async with OpenAIClient(url, api_key=key, max_connections=max(b.concurrency),
+                                retry=RetryPolicy(max_retries=2)) as client:
+            sem = asyncio.Semaphore(max(b.concurrency))
+
+            async def one(text: str) -> None:
+                async with sem:
+                    payload = {"model": cfg.target.served_name, "messages": [{"role": "user", "content": text}],
+                               "max_tokens": b.max_tokens, "temperature": b.temperature}
+                    if b.ignore_eos:
+                        payload["ignore_eos"] = True
+                    await client.chat(payload)
+
+            await asyncio.gather(*(one(t) for t in todo))
+
+    t0 = time.monotonic()
+    run_coroutine(go())
+    return {"requests": len(todo), "seconds": round(time.monotonic() - t0, 3)}
+
+
+def _open_client(cfg: PipelineConfig, sup: Supervisor, paths: BenchPaths, label: str):
+    """The load generator for one server's windows (vLLM: started now, importing while the server starts)."""
+    b = cfg.bench
+    env = dict(getattr(cfg.engines, b.engine).env)
+    env["OPENAI_API_KEY"] = api_key(cfg, b.server, "bench.server")  # both clients read the key from here
+    return loadgen.open_client(sup, b.engine, getattr(cfg.engines, b.engine), env, f"bench-client-{slug(label)}",
+                               paths.logs, PHASE, b.server.hang_timeout_s)
+
+
+def _run_client(cfg: PipelineConfig, client, proc: Process, paths: BenchPaths, url: str, label: str,
+                concurrency: int, dataset: Path, num_prompts: int, tag: str = "") -> benchclient.LoadResult:
+    b = cfg.bench
+    parse_fn = benchclient.CLIENTS[b.engine][2]
+    result_file = paths.clients / f"{slug(label)}{tag}-c{concurrency}.json"
+    result_file.parent.mkdir(parents=True, exist_ok=True)
+    result_file.unlink(missing_ok=True)  # SGLang's client appends; a retry must not read an old line
+    spec = benchclient.LoadSpec(base_url=url, served_name=cfg.target.served_name, tokenizer=cfg.target.model,
+                                dataset=dataset, num_prompts=num_prompts, concurrency=concurrency,
+                                max_tokens=b.max_tokens, temperature=b.temperature, ignore_eos=b.ignore_eos,
+                                result_file=result_file)
+    try:
+        log = client.run(spec, timeout_s=b.client_timeout_s)
+    except CommandFailed:
+        proc.check_alive()  # a dead server explains a failed client better (and is retryable)
+        raise
+    load = parse_fn(result_file)
+    if load.completed == 0:
+        proc.check_alive()
+        raise TransientError(f"{label}, concurrency {concurrency}: no request completed ({load.failed} failed); "
+                             f"see {log}")
+    return load
+
+
+def _measure_window(cfg: PipelineConfig, client, proc: Process, paths: BenchPaths, url: str, label: str,
+                    k: int, c: int, dataset: Path, num_prompts: int, tag: str = "") -> dict:
+    """One load-generator run at concurrency c between two counter snapshots. A window whose
+    server-side request and token counts differ from the load generator's was shared with other
+    traffic; it is discarded and measured again (WINDOW_ATTEMPTS in all)."""
+    discarded = []
+    for attempt in range(1, WINDOW_ATTEMPTS + 1):
+        before, traffic_before = _snapshot(cfg, url, k)
+        started = time.time()
+        load = _run_client(cfg, client, proc, paths, url, label, c, dataset, num_prompts, tag)
+        proc.check_alive()
+        after, traffic_after = _snapshot(cfg, url, k)
+        w = {"concurrency": c, "started_at": started, "finished_at": time.time(), "attempt": attempt,
+             "discarded_attempts": discarded, "load": load.to_dict(), "client_spec": load.client_spec,
+             "counters_before": None, "counters_after": None, "delta": None, "acceptance": None,
+             "traffic_before": None, "traffic_after": None, "traffic_delta": None}
+        if traffic_after is not None:
+            served = traffic_after - traffic_before
+            w.update(traffic_before=traffic_before.to_dict(), traffic_after=traffic_after.to_dict(),
+                     traffic_delta=served.to_dict())
+            why = foreign_traffic(load, served)
+            if why:
+                log.warning("bench %s c=%d attempt %d: window discarded: %s", label, c, attempt, why)
+                discarded.append(why)
+                continue
+        if after is not None:
+            delta = after - before
+            w.update(counters_before=before.to_dict(), counters_after=after.to_dict(), delta=delta.to_dict(),
+                     acceptance=acceptance(delta).to_dict())
+        elif cfg.bench.engine == "sglang" and k:
+            w["acceptance"] = {"acceptance_length": sglang_accept_length(url, _headers(cfg)), "acceptance_rate": None,
+                               "per_position": [], "source": acceptance_source("sglang")}
+        return w
+    raise TransientError(f"bench {label}, concurrency {c}: {WINDOW_ATTEMPTS} windows in a row held other requests "
+                         f"than the load generator's ({'; '.join(discarded)}): something else is sending requests to "
+                         f"{url}; stop it, or give the benchmark server another port (bench.server.port), and rerun")
+
+
+def measure_server(cfg: PipelineConfig, sup: Supervisor, label: str, k: int, drafter: str | None,
+                   dataset: Path, num_prompts: int, warmup_texts: list[str],
+                   on_window: Callable[[], None] = lambda: None,
+                   before_window: Callable[[int], None] = lambda concurrency: None, probes: list[dict] = ()) -> dict:
+    """Start one server (baseline if k == 0, else with the drafter and k speculative tokens),
+    warm it up, run the load generator once per concurrency, then once per probe (acceptance on a
+    prompt subset: the parity sample, each category; speculative servers only), and stop it.
+    Returns its record. before_window(concurrency) and on_window() are called around each window."""
+    b = cfg.bench
+    paths = BenchPaths.of(cfg)
+    extra = spec_args(b.engine, Path(drafter), k) if k else []
+    client = _open_client(cfg, sup, paths, label)
+    t0 = time.monotonic()
+    try:
+        proc = start_server(sup, cfg, PHASE, b.engine, b.server, extra)
+    except BaseException:
+        client.stop()
+        raise
+    startup_s = round(time.monotonic() - t0, 3)
+    url = base_url(b.server)
+    try:
+        record = {"label": label, "k": k, "startup_s": startup_s, "argv": proc.spec.shown_argv(),
+                  "log": str(proc.spec.log), "engine_version": engine_version(url, b.engine, _headers(cfg))}
+        at_ready, traffic_at_ready = _snapshot(cfg, url, k)
+        progress.step(PHASE, f"{label}: warm-up ({b.warmup_prompts} requests, not measured)")
+        record["warmup"] = _warmup(cfg, url, warmup_texts)
+        windows = []
+        for c in b.concurrency:
+            before_window(c)
+            windows.append(_measure_window(cfg, client, proc, paths, url, label, k, c, dataset, num_prompts))
+            on_window()
+        record["windows"] = windows
+        record["probes"] = []
+        for p in probes if k else ():
+            progress.step(PHASE, f"{label}: acceptance on {p['name']} ({p['count']} prompts)")
+            c = min(max(b.concurrency), p["count"])
+            record["probes"].append({"name": p["name"], "kind": p["kind"], "count": p["count"], "ids": p["ids"],
+                                     "window": _measure_window(cfg, client, proc, paths, url, label, k, c,
+                                                               p["dataset"], p["count"], tag=f"-{p['slug']}")})
+        at_stop, traffic_at_stop = _snapshot(cfg, url, k)
+        record["counters_at_ready"] = at_ready.to_dict() if at_ready else None
+        record["counters_at_stop"] = at_stop.to_dict() if at_stop else None
+        record["traffic_at_ready"] = traffic_at_ready.to_dict() if traffic_at_ready else None
+        record["traffic_at_stop"] = traffic_at_stop.to_dict() if traffic_at_stop else None
+        if b.engine == "sglang" and k:
+            record["accept_length_final"] = windows[-1]["acceptance"]["acceptance_length"]
+        proc.check_alive()
+    finally:
+        client.stop()
+        record_stop = proc.stop()
+    record["stop"] = {"signal": record_stop.signal, "seconds": record_stop.seconds, "clean": record_stop.clean}
+    return record

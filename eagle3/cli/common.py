@@ -1,0 +1,103 @@
+"""What the `eagle3` commands share: the consoles, the exit-code mapping (`fail`), config loading,
+the run's leases and its recovery handoff."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from .. import phase_table
+from ..config import DEFAULT_CONFIG, load_config, owned_dir_problem, remote_binds
+from ..errors import ConfigError, HandoffError
+
+out = Console()
+err = Console(stderr=True)
+
+
+ConfigArg = typer.Argument(DEFAULT_CONFIG, help="Pipeline config (YAML). Default: the tiny CPU rehearsal.",
+                           show_default="configs/tiny-cpu.yaml")
+
+
+def fail(message: str, code: int = 2) -> None:
+    # escape(): messages quote config values, and "[/x]" in one would be a rich markup error
+    err.print(f"[bold red]error[/]: {escape(message)}", markup=True, highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def load_cfg(config: Path):
+    try:
+        cfg = load_config(config)
+    except ConfigError as e:
+        fail(str(e))
+    for line in remote_binds(cfg):  # allowed by the config (allow_remote), said at every use of it
+        err.print(f"[bold yellow]warning[/]: {escape(line)}", highlight=False, soft_wrap=True)
+    return cfg
+
+
+WaitOption = typer.Option(0.0, "--wait", min=0, metavar="SECONDS",
+                          help="If another run holds this run dir or one of its GPUs, wait up to SECONDS for it "
+                               "instead of refusing at once (exit 3).")
+
+
+def take_lease(stack: contextlib.ExitStack, run_dir: Path, gpus: list[int], wait_s: float) -> None:
+    """Take the run dir's lease (and the GPUs') before anything else touches the run dir; a run
+    that holds them already is named and nothing is started or stopped (exit 3); a run dir or lock
+    dir another user could have written is refused, naming the path, owner, mode and fix (exit 2)."""
+    from ..process.lease import LeaseBusy, hold
+
+    try:
+        stack.enter_context(hold(run_dir, gpus, wait_s))
+    except LeaseBusy as e:
+        fail(str(e), code=LeaseBusy.exit_code)
+    except ConfigError as e:  # the run dir or the lock dir is not provably the user's (owned.NotOwned)
+        fail(str(e))
+
+
+def recover(cfg, sup, ports: list[int] | None = None) -> None:
+    """The run's first handoff: end what a dead earlier run of this run dir left, before the doctor."""
+    from ..handoff.core import recovery_handoff
+    from ..handoff.view import summary_line
+    from ..progress import watched_by
+    from ..progress.display import Display
+
+    try:
+        report = recovery_handoff(cfg, supervisor=sup, ports=ports)
+    except HandoffError as e:
+        fail(summary_line(e.report) if e.report is not None else str(e), code=1)
+    if not watched_by(Display):  # a progress display already shows the handoff's line
+        err.print(summary_line(report), highlight=False, soft_wrap=True, markup=False)
+
+
+def check_replaceable(directory: Path, argument: str) -> None:
+    """An output directory a command replaces as a whole: never one the pack may not own (/, $HOME,
+    its checkout, ...), never a directory of other files."""
+    why = owned_dir_problem(directory, purpose="the command replaces it as a whole: give a new directory")
+    if why:
+        fail(f"{argument}: {why}")
+    if directory.is_dir() and not (directory / "config.json").is_file() and any(directory.iterdir()):
+        fail(f"{argument}: {directory} holds other files (and no config.json); the command would replace it as a "
+             "whole: give a new or empty directory")
+
+
+def check_phases(names: list[str], option: str) -> None:
+    for name in names:
+        try:
+            phase_table.check(name, option)
+        except ConfigError as e:
+            fail(str(e))
+
+
+def raise_interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def prefect_defaults() -> None:
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+
+
+
