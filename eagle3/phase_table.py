@@ -32,7 +32,10 @@ from .errors import ConfigError
 
 TABLE_ENV = "EAGLE3_PHASE_TABLE"
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
-RESERVED = {"start", "end", "run", "name", "run_dir", "gpus", "target", "engines", "handoff", "hidden_states"}
+# start/end/run: the handoffs' and progress' own names; the rest: sections every config has, and the
+# CLI's fixed commands (a phase gets `eagle3 <name>`, which must not shadow one of them).
+RESERVED = {"start", "end", "run", "name", "run_dir", "gpus", "target", "engines", "handoff", "hidden_states",
+            "validate", "doctor", "status"}
 
 
 @dataclass(frozen=True)
@@ -171,7 +174,8 @@ def validated(rows: Sequence[Phase], where: str) -> tuple[Phase, ...]:
         if not _NAME.match(r.name) or r.name in RESERVED:
             raise ConfigError(f"{where}: phase name {r.name!r} must be lowercase letters, digits and '_' "
                               f"(and not start, end or run, which the handoffs and progress use, nor a config "
-                              f"section every pipeline has: {', '.join(sorted(RESERVED - {'start', 'end', 'run'}))})")
+                              f"section every pipeline has or a command of the CLI: "
+                              f"{', '.join(sorted(RESERVED - {'start', 'end', 'run'}))})")
         if r.upstream != previous:
             raise ConfigError(f"{where}: phase {r.name!r} has upstream {r.upstream!r}; it must be the row before "
                               f"it ({previous!r})")

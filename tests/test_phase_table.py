@@ -38,6 +38,9 @@ def test_derived_views_follow_the_table(make_config):
     ((*PIPELINE, replace(EXTRA, upstream="train")), "phase 'lint' has upstream 'train'; it must be the row before it"),
     ((*PIPELINE, replace(EXTRA, name="Lint")), "phase name 'Lint' must be lowercase"),
     ((*PIPELINE, replace(EXTRA, name="start")), "not start, end or run"),
+    ((*PIPELINE, replace(EXTRA, name="status")), "a command of the CLI"),
+    ((*PIPELINE, replace(EXTRA, name="engines")), "a config section every pipeline has"),
+    ((*PIPELINE, replace(EXTRA, outputs=("../x",))), "must be a path inside the phase dir"),
     ((*PIPELINE, replace(EXTRA, run="json.dumps")), "run must be 'module:name'"),
 ])
 def test_a_bad_table_is_refused_naming_the_row(rows, message):

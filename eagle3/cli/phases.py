@@ -11,12 +11,12 @@ from typing import Optional
 import click
 import typer
 from rich.markup import escape
+from typer.core import TyperGroup
 
 from .. import phase_table
 from ..errors import ConfigError, PipelineError
-from typer.core import TyperGroup
-
 from .common import ConfigArg, WaitOption, err, fail, load_cfg, out, raise_interrupt, recover, take_lease
+
 
 @contextlib.contextmanager
 def _phase_command(cfg, config: Path, sup, row: phase_table.Phase, wait_s: float, own_server: bool):
