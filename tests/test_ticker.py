@@ -50,3 +50,27 @@ def test_last_tick_can_differ_from_tick():
     with Quiet(60) as q:
         pass
     assert q.ticks == ["last"]
+
+
+def test_the_thread_runs_in_the_caller_s_context():
+    """What a tick logs must reach the caller's handlers: an orchestrator's run context and settings
+    are context variables (a Prefect flow's temporary_settings: without them a tick's log record
+    started Prefect's own temporary server)."""
+    import contextvars
+    import threading
+
+    from eagle3.ticker import Ticker
+    from tests.procutil import wait_until
+
+    var = contextvars.ContextVar("run", default=None)
+    seen = []
+
+    class Watch(Ticker):
+        def tick(self) -> None:
+            seen.append((var.get(), threading.current_thread().name))
+
+    var.set("flow-run-1")
+    with Watch(0.01, name="watch"):
+        wait_until(lambda: seen, timeout=5, what="a tick")
+    assert seen and all(v == "flow-run-1" for v, _ in seen)
+    assert ("flow-run-1", "watch") in seen, "ticks ran on the ticker's own thread, in the caller's context"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import json
 import threading
 from dataclasses import dataclass, field
@@ -81,7 +82,8 @@ def run_coroutine(coro) -> None:
         except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
             box["error"] = e
 
-    thread = threading.Thread(target=target, name="eagle3-phase-loop")
+    # In the caller's context: what the phase logs from there reaches the caller's run log.
+    thread = threading.Thread(target=contextvars.copy_context().run, args=(target,), name="eagle3-phase-loop")
     thread.start()
     thread.join()
     if "error" in box:
