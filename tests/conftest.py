@@ -16,8 +16,24 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
-# GPU leases are node-wide: tests (and the eagle3 processes they start) keep theirs private.
-os.environ.setdefault("EAGLE3_LOCK_DIR", tempfile.mkdtemp(prefix="eagle3-test-locks-"))
+
+
+def _private_lock_dir() -> None:
+    """GPU leases are node-wide: tests (and the eagle3 processes they start) keep theirs private, one
+    dir per pytest process (a pytest run by a test gets its own), removed at exit. A dir given from
+    outside is used as it is."""
+    import atexit
+    import shutil
+
+    if os.environ.get("EAGLE3_LOCK_DIR") and "EAGLE3_TEST_LOCK_OWNER" not in os.environ:
+        return  # given by whoever runs the tests (not inherited from a pytest parent)
+    made = tempfile.mkdtemp(prefix="eagle3-test-locks-")
+    os.environ["EAGLE3_LOCK_DIR"] = made
+    os.environ["EAGLE3_TEST_LOCK_OWNER"] = str(os.getpid())
+    atexit.register(shutil.rmtree, made, True)
+
+
+_private_lock_dir()
 TINY_CONFIG = REPO / "configs" / "tiny-cpu.yaml"
 ENGINE_PYTHON = REPO / ".venv-engine" / "bin" / "python"
 
@@ -260,3 +276,4 @@ def _merge(base: dict, over: dict) -> None:
             _merge(base[key], value)
         else:
             base[key] = copy.deepcopy(value)
+

@@ -5,7 +5,8 @@ its environment says (engines.<name>.env in the test's config reaches it):
 
   STANDIN_RECORD=FILE   append {"argv": sys.argv, "env": {...}, "pid", "pgid"} as one JSON line
   STANDIN_MODE (for `vllm serve` / `sglang.launch_server`):
-      ok         listen on --host/--port; /health 200, /v1/models lists --served-model-name
+      ok         listen on --host/--port; /health 200, /v1/models lists --served-model-name; chat
+                 completions answer a few words made from the question (deterministic)
       never-200  listen and answer every request 503, logging a line every 0.2 s (busy, never ready)
       silent     listen but never answer and never write to the log again (a hung startup)
       exit       print an error and exit 1 at once
@@ -83,6 +84,20 @@ def serve(mode: str) -> None:
             if self.path == "/v1/models":
                 return self.reply(200, {"object": "list", "data": [{"id": served, "object": "model"}]})
             return self.reply(404, {"error": "not found"})
+
+        def do_POST(self):  # noqa: N802 - a chat completion: a short answer made from the question
+            if self.path != "/v1/chat/completions" or mode != "ok":
+                return self.reply(404, {"error": "not found"})
+            body = self.read_json()
+            question = str((body.get("messages") or [{}])[-1].get("content", ""))
+            words = [f"w{int(hashlib.sha256(f'{question}/{i}'.encode()).hexdigest()[:4], 16) % 97}"
+                     for i in range(min(int(body.get("max_tokens") or 8), 8))]
+            ids = [int(w[1:]) for w in words]
+            return self.reply(200, {"id": "standin", "object": "chat.completion", "model": served,
+                                    "choices": [{"index": 0, "message": {"role": "assistant", "content": " ".join(words)},
+                                                 "finish_reason": "length", "token_ids": ids}],
+                                    "prompt_token_ids": [1, 2, 3],
+                                    "usage": {"prompt_tokens": 3, "completion_tokens": len(ids)}})
 
         def log_message(self, fmt, *args):
             pass
