@@ -5,6 +5,8 @@
     bench-history/           every benchmark result kept across reruns
     doctor/                  the doctor's engine probes and its last report
     handoffs/                one JSON report per GPU handoff, named <UTC stamp>-<label>-<pid>.json
+    shards/<phase>/<i>-of-<n>/   one shard of a fanned-out phase: a run dir of its own (its state/, handoffs/,
+                             logs/ and <phase>/ output), on storage every node mounts (docs/fanout.md)
     logs/                    run-level logs (the run's own Prefect server; server-starts.jsonl: one row per engine
                              server start, with its seconds to ready)
     state/                   the run's bookkeeping, never a phase's output:
@@ -15,6 +17,8 @@
       <phase>.lock                                held while the phase runs (eagle3.phases.phase_lock)
       failures.json, failures.lock                failure signatures for the retry policy
       doctor-cache.json                           the doctor's cached engine probes
+      shards.json                                 the coordinator's view of a fanned-out phase's shards
+      heartbeat.json                              (a shard's run dir) rewritten every few seconds while it runs
       prefect-results/                            the Prefect cache's stored phase results
 
 A Supervisor takes a state dir, not a run dir (tools that have no run dir give it a scratch
@@ -87,6 +91,14 @@ class RunLayout:
         return self.state / "doctor-cache.json"
 
     @property
+    def shards_record(self) -> Path:
+        return self.state / "shards.json"
+
+    @property
+    def heartbeat(self) -> Path:
+        return self.state / "heartbeat.json"
+
+    @property
     def prefect_results(self) -> Path:
         return self.state / "prefect-results"
 
@@ -125,6 +137,9 @@ class RunLayout:
         """Where the extraction server writes on-demand hidden states for an online train step; every
         handoff empties it (the train row's `purge`): nothing in it outlives the step that wrote it."""
         return self.phase_dir("train") / HS_CACHE
+
+    def shard_run_dir(self, phase: str, index: int, count: int) -> Path:
+        return self.root / "shards" / phase / f"{index}-of-{count}"
 
     @property
     def handoffs(self) -> Path:

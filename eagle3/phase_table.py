@@ -35,7 +35,7 @@ _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 # start/end/run: the handoffs' and progress' own names; the rest: sections every config has, and the
 # CLI's fixed commands (a phase gets `eagle3 <name>`, which must not shadow one of them).
 RESERVED = {"start", "end", "run", "name", "run_dir", "gpus", "target", "engines", "handoff", "hidden_states",
-            "validate", "doctor", "status"}
+            "fanout", "validate", "doctor", "status"}
 
 
 @dataclass(frozen=True)
@@ -66,6 +66,8 @@ class Phase:
     options: tuple[Option, ...] = ()  # more options of `eagle3 <name>`
     keeps: str = "a rerun resumes where this stopped"  # what an interrupted run of the phase keeps
     publish: str | None = None  # "module:function(name, details)" an orchestrator calls with the summary's details
+    shards: str | None = None  # "module:function(cfg, shard_cfgs) -> PhaseSummary": merges the phase's shards
+    # (the phase function then takes `shard=(index, count)`); None: the phase runs on one node only
 
     @property
     def module(self) -> str:
@@ -73,6 +75,12 @@ class Phase:
 
     def function(self) -> Callable:
         return _resolve(self.run)
+
+    def merge(self) -> Callable:
+        """The function that merges the phase's shards (its row's `shards`)."""
+        if not self.shards:
+            raise ConfigError(f"phase {self.name!r} cannot be sharded (its table row names no merge)")
+        return _resolve(self.shards)
 
     def settings_model(self):
         """The pydantic model of the phase's config section, or None."""
@@ -103,13 +111,13 @@ PIPELINE: tuple[Phase, ...] = (
           options=(Option("--base-url", "base_url", "Use this already running OpenAI-compatible server (e.g. "
                           "http://127.0.0.1:8000, no /v1) instead of starting the configured one.",
                           foreign_server=True),),
-          keeps="finished rows are kept; rerun to resume"),
+          keeps="finished rows are kept; rerun to resume", shards=_S + "datagen_shards:merge_datagen"),
     Phase("extract", "datagen", _S + "extract:run_extract",
           "hs_*.safetensors: the target's hidden states for every sample, and their manifest",
           settings=_S + "extract_settings:Extract", outputs=(layout.EXTRACT_MANIFEST,), server=True,
           help="Phase 2 alone: hidden states of phase 1's samples (resumes: valid files are kept, broken ones "
                "redone).",
-          keeps="finished hidden-state files are kept; rerun to resume"),
+          keeps="finished hidden-state files are kept; rerun to resume", shards=_S + "extract_shards:merge_extract"),
     Phase("train", "extract", _S + "train:run_train", "the trained EAGLE-3 drafter (checkpoints, manifest.json)",
           settings=_S + "train_settings:Train", outputs=(layout.TRAIN_MANIFEST,), purge=(layout.HS_CACHE,),
           help="Phase 3 alone: train the drafter (resumes, incl. an interrupted save), gate it for the serving "
@@ -179,7 +187,7 @@ def validated(rows: Sequence[Phase], where: str) -> tuple[Phase, ...]:
         if r.upstream != previous:
             raise ConfigError(f"{where}: phase {r.name!r} has upstream {r.upstream!r}; it must be the row before "
                               f"it ({previous!r})")
-        for what, spec in (("run", r.run), ("settings", r.settings), ("publish", r.publish)):
+        for what, spec in (("run", r.run), ("settings", r.settings), ("publish", r.publish), ("shards", r.shards)):
             if spec is not None and ":" not in spec:
                 raise ConfigError(f"{where}: phase {r.name!r}: {what} must be 'module:name', got {spec!r}")
         for rel in (*r.outputs, *r.purge, *([r.report] if r.report else [])):

@@ -87,13 +87,19 @@ def upstream_of(cfg: PipelineConfig, phase: str) -> str | None:
     return up if up and (section is None or section.needs_upstream()) else None
 
 
-def is_done(cfg: PipelineConfig, phase: str) -> bool:
+FROM_RUN_DIR = object()  # the upstream fingerprint comes from the run dir's own upstream marker
+
+
+def is_done(cfg: PipelineConfig, phase: str, upstream=FROM_RUN_DIR) -> bool:
+    """Done for this config; `upstream` (a fingerprint) replaces the run dir's own upstream marker
+    for a run dir that has none: a shard's, whose upstream is the run's."""
     marker = done_marker(cfg, phase)
     if not marker:
         return False
-    up = upstream_of(cfg, phase)
-    current = output_fingerprint(cfg, up) if up else None
-    return (_key(marker.get("config"), marker.get("upstream")) == done_key(cfg, phase, current)
+    if upstream is FROM_RUN_DIR:
+        up = upstream_of(cfg, phase)
+        upstream = output_fingerprint(cfg, up) if up else None
+    return (_key(marker.get("config"), marker.get("upstream")) == done_key(cfg, phase, upstream)
             and not phase_table.get(phase).missing_outputs(cfg.phase_dir(phase)))
 
 
@@ -125,26 +131,31 @@ def clear_phase(cfg: PipelineConfig, phase: str) -> None:
 
 def run_phase(cfg: PipelineConfig, phase: str, sup: Supervisor | None = None, force: bool = False,
               on_progress: progress.ProgressFn | None = None, force_token: str | None = None,
-              options: dict | None = None) -> dict:
+              options: dict | None = None, upstream=FROM_RUN_DIR, body=None) -> dict:
     """Run one phase to completion (resuming what a previous attempt left) and mark it done, under
     the phase's lock (a second process on the same phase gets RunDirBusy at once). Every way of
     running a phase comes here: the flow's task, `eagle3 run`, `eagle3 <phase>`.
 
     `force` wipes the phase's output first, once per `force_token`: a retried run that already
     redid the phase under the same token keeps that fresh output instead of wiping it again.
-    `options`: the row's command options that were given, passed to the phase as keywords."""
+    `options`: the row's command options that were given, passed to the phase as keywords.
+    `upstream`: the fingerprint of the upstream output, where it is not this run dir's (a shard).
+    `body(cfg, sup, on_progress)`: runs instead of the row's function (a fanned-out phase's
+    coordinator: its shards, then their merge); the markers are the same."""
     with phase_lock(cfg, phase):
-        return _run_locked(cfg, phase, sup, force, on_progress, force_token, options or {})
+        return _run_locked(cfg, phase, sup, force, on_progress, force_token, options or {}, upstream, body)
 
 
 def _run_locked(cfg: PipelineConfig, phase: str, sup: Supervisor | None, force: bool,
-                on_progress: progress.ProgressFn | None, force_token: str | None, options: dict) -> dict:
-    upstream = require_upstream(cfg, phase)
+                on_progress: progress.ProgressFn | None, force_token: str | None, options: dict, upstream,
+                body) -> dict:
+    if upstream is FROM_RUN_DIR:
+        upstream = require_upstream(cfg, phase)
     marker = done_marker(cfg, phase) or {}
     started = read_json(_started_path(cfg, phase)) or {}
     if force and (force_token is None or marker.get("force_token") != force_token):
         clear_phase(cfg, phase)
-    elif is_done(cfg, phase):
+    elif is_done(cfg, phase, upstream):
         progress.note(phase, f"already done for this config (output {marker.get('fingerprint')}); skipped")
         return marker
     elif started and started.get("upstream") != upstream:
@@ -154,7 +165,7 @@ def _run_locked(cfg: PipelineConfig, phase: str, sup: Supervisor | None, force: 
     resuming = _started_path(cfg, phase).exists()  # an earlier attempt left (partial) output
     atomic_write_json(_started_path(cfg, phase), {"upstream": upstream, "at": time.time()})
     sup = sup or supervisor(cfg)
-    fn = phase_table.get(phase).function()
+    fn = body or phase_table.get(phase).function()
     t0 = time.time()
     progress.emit(progress.Event(phase, progress.START, message="started, resuming what an earlier attempt left"
                                  if resuming else "started"))

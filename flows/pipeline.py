@@ -5,6 +5,7 @@ fingerprint in the cache key, everything downstream of it."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 from pathlib import Path
 from typing import Literal
@@ -21,6 +22,7 @@ from eagle3.pipeline import is_done, output_fingerprint, supervisor
 from eagle3.progress.display import unattended_lines
 from eagle3.run.record import recording
 from tasks.artifact_keys import artifact_key
+from tasks.fanout import check_pools, fanned_phases
 from tasks.handoff import gpu_handoff
 from tasks.logs import quiet_console_restatements, route_pack_logs
 from tasks.phases import phase_task
@@ -101,7 +103,11 @@ def run_phases(config_path: str, phases: list[str], force: list[str], doctor: bo
     route_pack_logs()
     quiet_console_restatements()
     cfg = load_config(config_path)
-    with hold(cfg.run_dir, list(cfg.gpus), lease_wait_s):
+    check_pools(cfg, phases, flow_run.id)
+    # A run that fans out holds this node's GPUs only around what runs here (its shards may run on this
+    # node too, through its pool's worker, under the same node-wide GPU leases).
+    gpus = [] if fanned_phases(cfg, phases) else list(cfg.gpus)
+    with hold(cfg.run_dir, gpus, lease_wait_s):
         with recording(cfg, config_path, phases), unattended_lines(get_run_logger().info):
             return _run_phases(cfg, config_path, phases, force, doctor)
 
@@ -114,6 +120,15 @@ def _publish(cfg, phase: str, details: dict) -> None:
         getattr(importlib.import_module(module), name)(cfg.name, details)
 
 
+def _here(cfg, phase: str):
+    """This node's GPU leases around a step that uses them here: every step of a run that does not
+    fan out (its leases are held for the whole run already), and the unsharded phases and handoffs of
+    one that does."""
+    if cfg.fanout is None or fanned_phases(cfg, [phase]):
+        return contextlib.nullcontext()
+    return hold(cfg.run_dir, list(cfg.gpus))
+
+
 def _run_phases(cfg, config_path: str, phases: list[str], force: list[str], doctor: bool) -> dict:
     logger = get_run_logger()
     for line in remote_binds(cfg):  # allowed by the config (allow_remote); said at every run, doctor or not
@@ -122,7 +137,8 @@ def _run_phases(cfg, config_path: str, phases: list[str], force: list[str], doct
     token = str(flow_run.id or "")
     storage = result_storage(cfg)
     results: dict[str, dict] = {}
-    gpu_handoff(config_path, after="start")
+    with _here(cfg, "start"):
+        gpu_handoff(config_path, after="start", before=phases[0] if phases else None)
     if doctor:
         preflight(config_path)
     for phase in phases:
@@ -131,13 +147,15 @@ def _run_phases(cfg, config_path: str, phases: list[str], force: list[str], doct
         forced = phase in force
         refresh = forced or not is_done(cfg, phase)  # a cache entry is only trusted while the output exists
         try:
-            results[phase] = phase_task.with_options(refresh_cache=refresh, result_storage=storage)(
-                config_path, phase, upstream=upstream, force=forced, force_token=token)
+            with _here(cfg, phase):
+                results[phase] = phase_task.with_options(refresh_cache=refresh, result_storage=storage)(
+                    config_path, phase, upstream=upstream, force=forced, force_token=token)
         except GateError as e:
             if getattr(e, "summary", None):  # e.g. a benchmark regression: its table is what the operator needs
                 _publish(cfg, phase, e.summary.details)
             raise
-        gpu_handoff(config_path, after=phase)
+        with _here(cfg, "end"):
+            gpu_handoff(config_path, after=phase)
     rows = "\n".join(f"| {p} | {r['fingerprint']} |" for p, r in results.items())
     create_markdown_artifact(key=artifact_key(cfg.name, "pipeline"),
                              markdown=f"### {cfg.name}: phases run\n\n| phase | output |\n|---|---|\n{rows}\n")

@@ -8,7 +8,7 @@ from prefect import get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
-from eagle3.config import load_config
+from eagle3.config import PipelineConfig, load_config
 from eagle3.errors import HandoffError
 from eagle3.handoff.core import handoff_for_config
 from eagle3.phase_table import next_phase
@@ -26,11 +26,12 @@ def publish(cfg_name: str, report: dict, logger) -> None:
 
 
 @task(name="gpu-handoff", cache_policy=NO_CACHE, retries=0, task_run_name="handoff-after-{after}")
-def gpu_handoff(config_path: str, after: str = "start", before: str | None = None) -> dict:
+def gpu_handoff(config_path: str | PipelineConfig, after: str = "start", before: str | None = None) -> dict:
     """Prove the GPUs free after phase `after` ("start": before the first); raises HandoffError
-    (the flow then stops) when they cannot be proven free."""
+    (the flow then stops) when they cannot be proven free. `config_path` may be a loaded config
+    (a shard's, whose run dir is its own)."""
     logger = get_run_logger()
-    cfg = load_config(config_path, check_files=False)
+    cfg = config_path if isinstance(config_path, PipelineConfig) else load_config(config_path, check_files=False)
     try:
         report = handoff_for_config(cfg, after=after, before=before or next_phase(after)).to_dict()
     except HandoffError as e:

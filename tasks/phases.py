@@ -3,6 +3,8 @@ the work is in eagle3.pipeline.run_phase."""
 
 from __future__ import annotations
 
+import contextlib
+
 from prefect import get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_progress_artifact, update_progress_artifact
 from prefect.runtime import task_run
@@ -12,6 +14,7 @@ from eagle3.run import failures
 from eagle3 import progress
 from tasks.artifact_keys import artifact_key
 from eagle3.pipeline import done_key, run_phase
+from tasks.fanout import fanned_out
 
 
 def phase_cache_key(context, parameters) -> str:
@@ -33,28 +36,38 @@ def retry_if_transient(task, task_run, state) -> bool:
     return False
 
 
+@contextlib.contextmanager
+def progress_artifact(cfg_name: str, phase: str, description: str | None = None):
+    """A progress artifact for the phase, fed by its done/total events (at most ~100 API calls a
+    phase) while the block runs; at 100 % when it ends normally."""
+    artifact_id = create_progress_artifact(progress=0.0, description=f"{cfg_name}: {description or phase}")
+    last = [-1.0]
+
+    def on_progress(event: progress.Event) -> None:
+        if event.phase != phase or event.kind != progress.PROGRESS or not event.total:
+            return
+        pct = round(100.0 * (event.done or 0) / event.total, 1)
+        if pct - last[0] >= 1.0 or event.done == event.total:
+            update_progress_artifact(artifact_id=artifact_id, progress=pct)
+            last[0] = pct
+
+    with progress.subscribed(on_progress):
+        yield
+    update_progress_artifact(artifact_id=artifact_id, progress=100.0)
+
+
 @task(name="phase", persist_result=True, cache_key_fn=phase_cache_key, retries=2, retry_delay_seconds=[5, 30],
       retry_condition_fn=retry_if_transient, task_run_name="{phase}")
 def phase_task(config_path: str, phase: str, upstream: str | None = None, force: bool = False,
                force_token: str | None = None) -> dict:
     logger = get_run_logger()
     cfg = load_config(config_path)
-    artifact_id = create_progress_artifact(progress=0.0, description=f"{cfg.name}: {phase}")
-    last = [-1.0]
-
-    def on_progress(event: progress.Event) -> None:  # this phase's done/total, as the artifact's percentage
-        if event.phase != phase or event.kind != progress.PROGRESS or not event.total:
-            return
-        pct = round(100.0 * (event.done or 0) / event.total, 1)
-        if pct - last[0] >= 1.0 or event.done == event.total:  # at most ~100 API calls per phase
-            update_progress_artifact(artifact_id=artifact_id, progress=pct)
-            last[0] = pct
-
     if task_run.run_count > 1:
         logger.info("retry %s of phase %s: resuming from what the previous attempt left", task_run.run_count, phase)
     try:
-        with progress.subscribed(on_progress):
-            marker = run_phase(cfg, phase, force=force, force_token=force_token)
+        with progress_artifact(cfg.name, phase):
+            marker = run_phase(cfg, phase, force=force, force_token=force_token,
+                               body=fanned_out(cfg, config_path, phase, upstream, force, force_token))
     except Exception as exc:
         if getattr(exc, "retryable", False) and failures.record(cfg.run_dir, phase, exc):
             exc.repeated = True
@@ -62,7 +75,6 @@ def phase_task(config_path: str, phase: str, upstream: str | None = None, force:
                          phase, failures.signature(exc).split(" ", 1)[1])
         raise
     failures.clear(cfg.run_dir, phase)
-    update_progress_artifact(artifact_id=artifact_id, progress=100.0)
     summary = marker["summary"]  # eagle3.phases.PhaseSummary.to_dict()
     details = summary["details"]
     lines = "\n".join(f"| {k} | {v} |" for k, v in details.items() if not isinstance(v, (dict, list)))

@@ -18,7 +18,9 @@ import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-CLI_FLOW_ENTRY = {("eagle3/cli/flow.py", "flows.local_server"), ("eagle3/cli/flow.py", "flows.pipeline")}
+# `eagle3 run` enters the orchestration layer lazily: its API server, the flow, and (fan-out) the pool check.
+CLI_FLOW_ENTRY = {("eagle3/cli/flow.py", "flows.local_server"), ("eagle3/cli/flow.py", "flows.pipeline"),
+                  ("eagle3/cli/flow.py", "tasks.fanout")}
 
 
 def imports(path: Path, rel: Path | None = None) -> list[tuple[str, int, bool]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 from pathlib import Path
 from typing import Optional
@@ -11,6 +12,8 @@ import typer
 from rich.markup import escape
 
 from .. import phase_table
+from ..config.fanout import fanned_phases
+from ..errors import ConfigError
 from .app import app
 from .common import (ConfigArg, WaitOption, check_phases, err, fail, load_cfg, out, prefect_defaults, raise_interrupt, recover, take_lease)
 from .phases import print_report
@@ -38,8 +41,21 @@ def run(config: Path = ConfigArg,
     # SIGTERM (a scheduler, `kill`) must unwind like Ctrl-C so the finally below ends our services.
     signal.signal(signal.SIGTERM, raise_interrupt)
     sup = supervisor(cfg)
+    fanned = fanned_phases(cfg, phase_table.select(only, from_))
+    if fanned and not os.environ.get("PREFECT_API_URL"):
+        fail(f"fanout: {', '.join(fanned)} run as shards on the node pools of a Prefect server, and PREFECT_API_URL "
+             "is not set: point it at the server the nodes' workers use (e.g. export "
+             "PREFECT_API_URL=http://HEAD:4200/api), or remove the fanout section to run on this node", code=2)
+    if fanned:
+        from tasks.fanout import check_pools  # the orchestration layer; the core stays Prefect-free
+
+        try:
+            check_pools(cfg, fanned)  # before any lease, handoff or server: a missing pool starts nothing
+        except ConfigError as e:
+            fail(str(e), code=2)
     with contextlib.ExitStack() as stack:
-        take_lease(stack, cfg.run_dir, list(cfg.gpus), wait)
+        # A run that fans out takes this node's GPU leases only around what runs here (flows/pipeline.py).
+        take_lease(stack, cfg.run_dir, [] if fanned else list(cfg.gpus), wait)
         try:
             from flows.local_server import api_server  # the orchestration layer; the core stays Prefect-free
             from flows.pipeline import eagle3_pipeline

@@ -9,6 +9,7 @@ import os
 from .. import managed, phase_table
 from ..errors import ConfigError, echo
 from ..inputfiles import dir_problem, file_problem
+from .fanout import fanout_checks
 from .model import PipelineConfig
 from .target_model import num_hidden_layers
 
@@ -34,7 +35,7 @@ def cross_checks(cfg: PipelineConfig) -> list[tuple[str, str]]:
                          f"{cfg.target.tensor_parallel_size} exceeds the {len(cfg.gpus)} GPUs listed in 'gpus'"))
     if not cfg.gpus and cfg.target.tensor_parallel_size != 1:
         problems.append(("target.tensor_parallel_size", "a CPU rehearsal (empty 'gpus') supports only 1"))
-    problems += _managed_conflicts(cfg) + _bounds(cfg)
+    problems += _managed_conflicts(cfg) + _bounds(cfg) + fanout_checks(cfg)
     for p in phase_table.table():
         section = cfg.section(p.name)
         if section is not None:

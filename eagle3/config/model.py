@@ -15,6 +15,7 @@ from pydantic import Field, ValidationError, create_model, field_validator
 from .. import phase_table
 from ..errors import echo
 from ..layout import RunLayout
+from .fanout import Fanout
 from .types import Engines, FsPath, Handoff, HiddenStates, Strict, Target
 
 # Keys of a server section that never change what a phase produces: where its key comes from, and
@@ -37,6 +38,9 @@ class PipelineConfig(Strict):
     handoff: Handoff = Field(Handoff(), description="The GPU handoff between phases (`handoff` below).")
     hidden_states: HiddenStates = Field(HiddenStates(), description=(
         "Where training's hidden states come from (`hidden_states` below; docs/pipeline.md, \"Hidden-state modes\")."))
+    fanout: Fanout | None = Field(None, description=(
+        "Run some phases as shards on several nodes through Prefect work pools (`fanout` below; docs/fanout.md). "
+        "Unset: everything runs on this node."))
 
     @field_validator("gpus")
     @classmethod
@@ -72,6 +76,7 @@ class PipelineConfig(Strict):
         rows = [p for p in phase_table.table() if p.settings]
         exclude = {p.name: _exclusions(type(getattr(self, p.name))) for p in rows if hasattr(self, p.name)}
         data = self.model_dump(mode="json", exclude=exclude)
+        data.pop("fanout", None)  # where shards ran never changes what a phase produced
         optional = {name: data.pop(name) for name in ("hidden_states",)}
         also: set[str] = set()
         if section is not None:

@@ -42,13 +42,15 @@ def prepare_data_argv(env: EngineEnv, model: Path, data: Path, output: Path, seq
 
 def generate_offline_data_argv(env: EngineEnv, endpoint: str, preprocessed: Path, output: Path, concurrency: int,
                                served_name: str | None = None, validate: bool = True,
-                               request_timeout_s: float | None = None, max_retries: int | None = None) -> list[str]:
+                               request_timeout_s: float | None = None, max_retries: int | None = None,
+                               world: tuple[int, int] | None = None) -> list[str]:
     """Send each prepared sample to an extract-hidden-states vLLM server; write output/hs_{i}.safetensors.
 
     `endpoint` is the OpenAI base URL WITH /v1. `served_name` makes the client refuse a server that
     serves another model (it must be the served name, not the model path). --fail-on-error: a
     sample that fails after retries aborts the run (default would skip it silently and leave a
-    hole that only training notices). Existing readable hs files are skipped (resume)."""
+    hole that only training notices). Existing readable hs files are skipped (resume). `world=(rank,
+    size)`: only rank's contiguous part of the prepared rows (a shard on one node of several)."""
     argv = [*env.script_argv("speculators"), "generate-offline-data",
             "--endpoint", endpoint.rstrip("/"),
             "--preprocessed-data", str(preprocessed),
@@ -63,6 +65,8 @@ def generate_offline_data_argv(env: EngineEnv, endpoint: str, preprocessed: Path
         argv += ["--request-timeout", str(request_timeout_s)]
     if max_retries is not None:
         argv += ["--max-retries", str(max_retries)]
+    if world is not None:
+        argv += ["--world-size", str(world[1]), "--rank", str(world[0])]
     return argv
 
 

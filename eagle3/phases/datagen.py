@@ -22,13 +22,14 @@ import asyncio
 import hashlib
 import logging
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
 from ..appendlog import AppendLog, recover
 from ..config import PipelineConfig
 from ..layout import SAMPLES
+from ..fanout.slices import Shard
 from ..engines.serving import base_url as server_url
 from ..engines.serving import api_key, start_server
 from ..errors import ConfigError, GateError, TransientError
@@ -299,7 +300,7 @@ async def _generate(cfg: PipelineConfig, url: str, todo: list[Prompt], done_befo
 
 
 def run_datagen(cfg: PipelineConfig, sup: Supervisor | None, on_progress: ProgressFn | None = None,
-                base_url: str | None = None) -> PhaseSummary:
+                base_url: str | None = None, shard: tuple[int, int] | None = None) -> PhaseSummary:
     """Generate (or finish generating) the phase's samples; returns the summary (details: the
     DatagenSummary, also written to summary.json).
 
@@ -314,6 +315,8 @@ def run_datagen(cfg: PipelineConfig, sup: Supervisor | None, on_progress: Progre
     paths.dir.mkdir(parents=True, exist_ok=True)
     d = cfg.datagen
     prompts = load_prompts(d.prompts, d.max_samples, skip_invalid=d.skip_invalid_prompts)
+    if shard is not None:
+        prompts = replace(prompts, prompts=Shard(PHASE, *shard).take(prompts.prompts))
     for problem in prompts.problems:
         log.warning("skipped malformed prompt row: %s", problem)
     settings = content_settings(cfg, prompts)

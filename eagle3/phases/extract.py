@@ -32,7 +32,7 @@ import logging
 import os
 import shutil
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from .. import progress
@@ -42,6 +42,7 @@ from ..engines import hidden_states as hs_server
 from ..engines import speculators_cli as spec_cli
 from ..engines.serving import base_url, client_env, start_server
 from ..errors import ConfigError, GateError, PipelineError, TransientError
+from ..fanout.slices import contiguous
 from ..fsio import atomic_write_json, read_json
 from ..progress import PhaseProgress
 from ..process.services import LaunchSpec, Process, Supervisor, StopOutcome
@@ -126,7 +127,7 @@ def content_settings(cfg: PipelineConfig, plan: LayerPlan, dtype: str, samples: 
             "prepare_seed": 0, "token_freq": True}
 
 
-def _fingerprint(settings: dict) -> str:
+def settings_fingerprint(settings: dict) -> str:
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -206,10 +207,10 @@ def _index(cfg: PipelineConfig, sup: Supervisor, paths: ExtractPaths) -> Prepare
 
 
 def _generate(cfg: PipelineConfig, sup: Supervisor, server: Process, paths: ExtractPaths, total: int,
-              report: PhaseProgress, expected_bytes: int) -> None:
+              report: PhaseProgress, expected_bytes: int, shard: tuple[int, int] | None) -> None:
     argv = spec_cli.generate_offline_data_argv(cfg.engines.speculators, base_url(cfg.extract.server) + "/v1",
                                                paths.prepared, paths.hidden_states, cfg.extract.concurrency,
-                                               served_name=cfg.target.served_name)
+                                               served_name=cfg.target.served_name, world=shard)
     report.step(f"speculators generate-offline-data: writing hidden states (concurrency {cfg.extract.concurrency})")
     with HsFileProgress(paths.hidden_states, total, report, expected_bytes):
         _run_against(sup, server, _command(cfg, paths, "generate-offline-data", argv, client=True))
@@ -241,9 +242,12 @@ def _clean_scan(paths: ExtractPaths, scan: Scan) -> None:
             path.unlink(missing_ok=True)
 
 
-def run_extract(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | None = None) -> PhaseSummary:
+def run_extract(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | None = None,
+                shard: tuple[int, int] | None = None) -> PhaseSummary:
     """Extract (or finish extracting) hidden states for phase 1's samples; returns the summary (details:
-    the ExtractSummary, also written to summary.json). The caller holds the phase lock. Raises
+    the ExtractSummary, also written to summary.json). The caller holds the phase lock. `shard=(index,
+    count)`: only that shard's contiguous part of the prepared rows (speculators' --world-size/--rank;
+    extract_shards.py merges); the prepared data is always the whole set. Raises
     ConfigError before anything starts (layer ids, changed settings, max_disk_bytes), DiskSpaceError
     (free space), or a retryable error (server died)."""
     t0 = time.monotonic()
@@ -254,7 +258,7 @@ def run_extract(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | 
         raise ConfigError(f"phase 'extract' needs phase 1's output {samples}; run the datagen phase first "
                           "(`eagle3 run --only datagen`)")
     paths.dir.mkdir(parents=True, exist_ok=True)
-    summary = _extract(cfg, sup, paths, plan, samples, PhaseProgress(PHASE, on_progress, unit="samples"), t0)
+    summary = _extract(cfg, sup, paths, plan, samples, PhaseProgress(PHASE, on_progress, unit="samples"), t0, shard)
     files = (f"{summary.samples} hidden-state files ({summary.kept_files} kept, {summary.new_files} new, "
              f"{summary.redone_files} redone)" if summary.mode == "offline" else
              f"{summary.samples} samples prepared, hidden states {summary.mode} (no files)")
@@ -264,7 +268,7 @@ def run_extract(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | 
 
 
 def _extract(cfg: PipelineConfig, sup: Supervisor, paths: ExtractPaths, plan: LayerPlan, samples: Path,
-             report: PhaseProgress, t0: float) -> ExtractSummary:
+             report: PhaseProgress, t0: float, shard: tuple[int, int] | None) -> ExtractSummary:
     dtype, per_token, settings, estimate, present = _preflight(cfg, paths, plan, samples)
     stop_leftovers(cfg, sup)
     shutil.rmtree(paths.staging, ignore_errors=True)  # half-written connector files of a killed run
@@ -295,31 +299,35 @@ def _extract(cfg: PipelineConfig, sup: Supervisor, paths: ExtractPaths, plan: La
         decision = hs_mode.decide(cfg, exact, hs_mode.free_bytes(paths.dir)[0] + present, largest)
         progress.note(PHASE, f"hidden states {decision.line()}")
         log.info("extract: hidden states %s", decision.line())
+        owned = contiguous(index.num_samples, *shard) if shard else range(index.num_samples)
+        if shard and decision.mode == "online":
+            raise ConfigError(f"sharded extraction writes hidden-state files, but they do not fit: {decision.line()}; "
+                              "free disk under run_dir, or run extract unsharded (fanout.shards.extract: 1)")
         if decision.mode == "online":
             # Nothing to write here: the train phase produces each sample's file on demand.
             return _finish_online(cfg, paths, plan, dtype, samples, settings, index, estimate, decision,
                                   server is not None, prepared_reused, t0)
-        before = scan_dir(paths.hidden_states, index, expect)
+        before = scan_dir(paths.hidden_states, index, expect, owned)
         _clean_scan(paths, before)
         check_disk(exact, sum(b for b, _ in before.valid.values()), paths.hidden_states, cfg.extract.max_disk_bytes)
-        missing = index.num_samples - len(before.valid)
+        missing = len(owned) - len(before.valid)
         if missing:
             log.info("extract: %d of %d hidden-state files to write (%d valid kept, %d invalid redone)",
-                     missing, index.num_samples, len(before.valid), len(before.invalid))
+                     missing, len(owned), len(before.valid), len(before.invalid))
             try:
-                _generate(cfg, sup, ensure_server(), paths, index.num_samples, report, exact.bytes)
+                _generate(cfg, sup, ensure_server(), paths, len(owned), report, exact.bytes, shard)
             except PipelineError as e:
                 _raise_if_disk_full(paths, exact, e)
                 raise
         else:
-            report(index.num_samples, index.num_samples, bytes_written=sum(b for b, _ in before.valid.values()))
+            report(len(owned), len(owned), bytes_written=sum(b for b, _ in before.valid.values()))
     finally:
         if server is not None:
             server.stop()
         shutil.rmtree(paths.staging, ignore_errors=True)
 
     return _finish_offline(cfg, paths, plan, samples, settings, index, expect, before, estimate, exact, decision,
-                           server is not None, prepared_reused, t0)
+                           server is not None, prepared_reused, t0, owned)
 
 
 def _preflight(cfg: PipelineConfig, paths: ExtractPaths, plan: LayerPlan, samples: Path):
@@ -347,10 +355,10 @@ def _preflight(cfg: PipelineConfig, paths: ExtractPaths, plan: LayerPlan, sample
 
 def _finish_offline(cfg: PipelineConfig, paths: ExtractPaths, plan: LayerPlan, samples: Path, settings: dict,
                     index: PreparedIndex, expect: Expect, before: Scan, estimate, exact, decision,
-                    server_started: bool, prepared_reused: bool, t0: float) -> ExtractSummary:
-    """Every file checked again before the manifest vouches for the set."""
-    after = scan_dir(paths.hidden_states, index, expect)
-    absent = [i for i in range(index.num_samples) if i not in after.valid and i not in after.invalid]
+                    server_started: bool, prepared_reused: bool, t0: float, owned: range) -> ExtractSummary:
+    """Every file checked again before the manifest vouches for the set (a shard's: its own files)."""
+    after = scan_dir(paths.hidden_states, index, expect, owned)
+    absent = [i for i in owned if i not in after.valid and i not in after.invalid]
     if after.invalid:
         first = min(after.invalid)
         raise GateError(f"{len(after.invalid)} hidden-state files are invalid after generation "
@@ -364,10 +372,12 @@ def _finish_offline(cfg: PipelineConfig, paths: ExtractPaths, plan: LayerPlan, s
     total_bytes = sum(b for b, _ in after.valid.values())
     manifest = _manifest(cfg, paths, plan, dtypes.pop(), samples, settings, index, total_bytes,
                          str(paths.hidden_states), FILE_PATTERN, "offline", decision)
+    if len(owned) != index.num_samples:  # a shard: its files are a part of the set
+        manifest = replace(manifest, extra={"files": [owned.start, owned.stop]})
     manifest_file = write_manifest(cfg, manifest)
     kept = len(before.valid)
     summary = ExtractSummary(
-        samples=index.num_samples, kept_files=kept, new_files=index.num_samples - kept,
+        samples=len(owned), kept_files=kept, new_files=len(owned) - kept,
         redone_files=len(before.invalid), total_tokens=index.total_tokens, total_bytes=total_bytes,
         estimated_bytes=estimate.bytes, layer_ids=list(plan.layer_ids), dtype=manifest.dtype,
         server_started=server_started, prepared_reused=prepared_reused,
@@ -390,7 +400,7 @@ def _manifest(cfg: PipelineConfig, paths: ExtractPaths, plan: LayerPlan, dtype: 
         prepared_data=str(paths.prepared), token_freq=str(token_freq) if token_freq.exists() else None,
         hidden_states_dir=hs_dir, file_pattern=pattern, target_model=str(cfg.target.model),
         served_name=cfg.target.served_name, source_samples=str(samples), source_sha256=settings["source_sha256"],
-        settings_fingerprint=_fingerprint(settings), created_at=time.time(), mode=mode, decision=decision.to_dict())
+        settings_fingerprint=settings_fingerprint(settings), created_at=time.time(), mode=mode, decision=decision.to_dict())
 
 
 def _finish_online(cfg: PipelineConfig, paths: ExtractPaths, plan: LayerPlan, dtype: str, samples: Path,

@@ -78,7 +78,9 @@ class Scan:
     strays: list[Path]                  # hs files beyond the index, temp files
 
 
-def scan_dir(directory: Path, index: PreparedIndex, expect: Expect) -> Scan:
+def scan_dir(directory: Path, index: PreparedIndex, expect: Expect, owned: range | None = None) -> Scan:
+    """The hs files of `directory` checked; those outside `owned` (default: the whole index) are strays."""
+    owned = range(index.num_samples) if owned is None else owned
     scan = Scan({}, {}, [])
     if not directory.is_dir():
         return scan
@@ -88,7 +90,7 @@ def scan_dir(directory: Path, index: PreparedIndex, expect: Expect) -> Scan:
             scan.strays.append(path)
             continue
         idx = int(m.group(1))
-        if idx >= index.num_samples:
+        if idx not in owned or idx >= index.num_samples:
             scan.strays.append(path)
             continue
         try:

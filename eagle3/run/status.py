@@ -17,6 +17,7 @@ from ..process import lease, procfs
 from .. import phase_table
 from ..config import load_config
 from ..errors import ConfigError
+from ..fanout import ledger as fanout_ledger
 from ..fsio import read_json
 from ..progress import PhaseView, describe, eta_left, fmt_bytes, fmt_duration
 from ..layout import RunLayout
@@ -133,6 +134,7 @@ def collect(run_dir: Path, config_path: str | None = None, now: float | None = N
         "progress_updated_at": prog.get("updated_at"), "phases": phases, "services": _services(run_dir, now),
         "last_handoff": _last_handoff(run_dir), "failures": read_json(layout.failures, default={}),
         "hidden_states": _hidden_states(run_dir, views), "report": str(report) if report else None,
+        "shards": {p: shard_lines for p in order if (shard_lines := fanout_ledger.lines(run_dir, p))},
         "now": now,
     }
 
@@ -179,6 +181,7 @@ def render(s: dict) -> str:
         rows.append(("updated", _ago(s["progress_updated_at"], now)))
     for p, info in s["phases"].items():
         rows.append((p, info["line"]))
+        rows += [("", line) for line in s.get("shards", {}).get(p, [])]
     for svc in s["services"] or [None]:
         rows.append(("services", "none registered") if svc is None else (
             "service", f"{svc['name']} PID {svc['pid']} {svc['state']}, GPUs {svc['gpus'] or '-'}, "

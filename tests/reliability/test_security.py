@@ -88,7 +88,8 @@ def payload(markers: Path, tag: str) -> str:
 REJECTED = {"name", "target.served_name", "target.dtype", "datagen.engine", "extract.engine",
             "extract.hidden_states_dtype", "train.dry_run", "train.loss_implementation", "train.draft_attn_impl",
             "hidden_states.mode", "bench.engine", "handoff.systemd_units[]",
-            "datagen.server.host", "extract.server.host", "bench.server.host"} | {
+            "datagen.server.host", "extract.server.host", "bench.server.host",
+            "fanout.pools[]"} | {  # pool names: a pattern, and they reach Prefect, never an engine
             f"{phase}.server.{key}" for phase in ("datagen", "extract", "bench")
             for key in ("api_key_env", "api_key_secret_block")}
 # Sent as an HTTP header: the payload's newline cannot get there and is refused (without echoing the

@@ -1,0 +1,71 @@
+"""The coordinator's record of a fanned-out phase (state/shards.json of the run), and what it
+reads of each shard's own run dir: its heartbeat and its progress. `eagle3 status` shows it.
+
+One entry per shard: its index, the pool it was last sent to, the attempt, its Prefect flow run,
+its state, the node it ran on (from its heartbeat), its done/total, and the cause of a failure."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from ..fsio import atomic_write_json, read_json
+from ..layout import RunLayout
+from .slices import Shard
+
+
+def shard_dir(run_dir: Path, shard: Shard) -> Path:
+    return RunLayout(run_dir).shard_run_dir(shard.phase, shard.index, shard.count)
+
+
+def heartbeat(run_dir: Path, shard: Shard) -> dict | None:
+    """The shard's last heartbeat (host, boot id, PID, `at`), or None if it never beat."""
+    try:
+        beat = read_json(RunLayout(shard_dir(run_dir, shard)).heartbeat)
+    except (OSError, ValueError):
+        return None
+    return beat if isinstance(beat, dict) and isinstance(beat.get("at"), (int, float)) else None
+
+
+def progress_of(run_dir: Path, shard: Shard) -> tuple[int | None, int | None]:
+    """(done, total) of the shard's phase, from the shard's own progress record."""
+    try:
+        prog = read_json(RunLayout(shard_dir(run_dir, shard)).progress) or {}
+    except (OSError, ValueError):
+        return None, None
+    view = (prog.get("phases") or {}).get(shard.phase) or {}
+    return view.get("done"), view.get("total")
+
+
+def write(run_dir: Path, phase: str, entries: list[dict]) -> None:
+    path = RunLayout(run_dir).shards_record
+    try:
+        record = read_json(path) or {}
+    except (OSError, ValueError):
+        record = {}
+    record[phase] = {"count": len(entries), "updated_at": time.time(), "shards": entries}
+    atomic_write_json(path, record)
+
+
+def read(run_dir: Path) -> dict:
+    try:
+        record = read_json(RunLayout(run_dir).shards_record) or {}
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def lines(run_dir: Path, phase: str) -> list[str]:
+    """One line per shard of `phase`, for `eagle3 status`."""
+    entry = read(run_dir).get(phase) or {}
+    out = []
+    for s in entry.get("shards") or []:
+        done, total = s.get("done"), s.get("total")
+        count = f", {done}/{total}" if total else ""
+        node = f" on {s['pool']}" + (f" (host {s['host']})" if s.get("host") else "") if s.get("pool") else ""
+        before = s.get("earlier") or []
+        tries = (f", attempt {s['attempt']} (before: " + "; ".join(
+            f"{e.get('state')} on {e.get('pool')}: {e.get('cause')}" for e in before) + ")") if before else ""
+        cause = f": {s['cause']}" if s.get("cause") else ""
+        out.append(f"shard {s.get('index', 0) + 1}/{entry.get('count')}: {s.get('state', '?')}{node}{count}{tries}{cause}")
+    return out

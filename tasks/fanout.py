@@ -1,0 +1,230 @@
+"""The coordinator of a fanned-out phase: Prefect's part of eagle3.fanout (docs/fanout.md).
+
+Each shard is a flow run of the `eagle3-shard/<pool>` deployment, sent to a node pool with
+run_deployment; the node's worker runs it. Shard i starts on pool i mod len(pools). The coordinator
+watches the runs' states and the shards' heartbeats (files on the shared run dir): a shard that
+failed retryably, or whose heartbeat went silent (its node or worker died: its flow run is then
+marked Crashed), goes to the next pool with an online worker, or waits on its own pool for a
+worker to come back, keeping what it finished. When every shard is done, the phase row's merge
+makes the phase's own output, and run_phase marks it done. Scheduling is Prefect's: pools, workers
+and their concurrency limits (one shard per node at a time)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from prefect import get_run_logger
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.objects import StateType
+from prefect.deployments import run_deployment
+from prefect.exceptions import ObjectNotFound
+from prefect.states import Crashed
+
+from eagle3 import phase_table, progress
+from eagle3.config.fanout import fanned_phases
+from eagle3.errors import ConfigError, PipelineError
+from eagle3.fanout import ledger
+from eagle3.fanout.node import shard_config
+from eagle3.fanout.slices import Shard
+
+REPO = Path(__file__).resolve().parent.parent
+SHARD_FLOW = "eagle3-shard"
+ENTRYPOINT = "flows/shard.py:eagle3_shard"
+NOT_RETRYABLE = "not retryable: "  # flows/shard.py's prefix on a failure another node cannot fix
+_FAILED = {StateType.FAILED, StateType.CRASHED, StateType.CANCELLED}
+
+
+class ShardFailed(PipelineError):
+    """A shard failed for good: on every attempt it had, or with a cause another node cannot fix."""
+
+
+def check_pools(cfg, phases: list[str], flow_run_id=None) -> None:
+    """Before anything starts: every pool of a run that fans out exists on the Prefect server, and the
+    coordinator (this flow run) is not itself running in one of them: a node pool runs one flow run at
+    a time, so its shards there would wait for the coordinator forever."""
+    if not fanned_phases(cfg, phases):
+        return
+    with get_client(sync_client=True) as client:
+        missing = []
+        for pool in cfg.fanout.pools:
+            try:
+                client.read_work_pool(pool)
+            except ObjectNotFound:
+                missing.append(pool)
+        url = client.api_url
+        own = client.read_flow_run(flow_run_id).work_pool_name if flow_run_id else None
+    if own in cfg.fanout.pools:
+        raise ConfigError(f"fanout.pools: this pipeline run runs on pool {own!r}, one of the node pools its shards go "
+                          f"to, where they would wait for it (one flow run per node at a time). Deploy the pipeline "
+                          f"to a pool of its own (e.g. `prefect work-pool create eagle3-coordinator --type process`), "
+                          f"or start it with `eagle3 run`")
+    if missing:
+        names = ", ".join(repr(p) for p in missing)
+        raise ConfigError(
+            f"fanout.pools: work pool {names} does not exist on the Prefect server {url}. Create it: "
+            + "; ".join(f"`prefect work-pool create {p} --type process` and `prefect work-pool set-concurrency-limit "
+                        f"{p} 1`" for p in missing)
+            + ", then start its worker on that node (`prefect worker start --pool NAME`), or remove it from fanout.pools")
+
+
+def ensure_deployments(client, pools: list[str]) -> None:
+    """One `eagle3-shard/<pool>` deployment per pool, run from this checkout's path (the same path on
+    every node, like the run dir: docs/fanout.md); created or updated on every fan-out."""
+    flow_id = client.create_flow_from_name(SHARD_FLOW)
+    for pool in pools:
+        client.create_deployment(
+            flow_id=flow_id, name=pool, work_pool_name=pool, entrypoint=ENTRYPOINT, path=str(REPO),
+            pull_steps=[{"prefect.deployments.steps.set_working_directory": {"directory": str(REPO)}}],
+            tags=["eagle3", "shard", pool], enforce_parameter_schema=False,
+            description="One shard of a fanned-out EAGLE-3 phase on this node (created by the pipeline flow).")
+
+
+@dataclass
+class Attempt:
+    shard: Shard
+    pool: str
+    number: int
+    run_id: object
+    started: float = field(default_factory=time.time)
+    running_since: float | None = None
+    state: str = "submitted"
+    host: str = ""
+    cause: str = ""
+    done: int | None = None
+    total: int | None = None
+    earlier: list = field(default_factory=list)  # the entries of this shard's failed attempts
+
+    def entry(self) -> dict:
+        return {"index": self.shard.index, "pool": self.pool, "attempt": self.number, "flow_run": str(self.run_id),
+                "state": self.state, "host": self.host, "cause": self.cause, "done": self.done, "total": self.total,
+                "earlier": self.earlier}
+
+
+def fanned_out(cfg, config_path: str, phase: str, upstream: str | None, force: bool, force_token: str | None):
+    """run_phase's body for a phase this config fans out (None: the phase runs here, as always)."""
+    if not fanned_phases(cfg, [phase]):
+        return None
+
+    def body(cfg, sup, on_progress=None):
+        return Coordinator(cfg, config_path, phase, upstream, force, force_token).run()
+
+    return body
+
+
+class Coordinator:
+    def __init__(self, cfg, config_path: str, phase: str, upstream: str | None, force: bool, force_token: str | None):
+        self.cfg, self.config_path, self.phase = cfg, config_path, phase
+        self.params = {"upstream": upstream, "force": force, "force_token": force_token}
+        self.fanout = cfg.fanout
+        self.shards = [Shard(phase, i, cfg.fanout.count(phase)) for i in range(cfg.fanout.count(phase))]
+        self.log = get_run_logger()
+
+    def run(self):
+        pools = self.fanout.pools
+        with get_client(sync_client=True) as client:
+            ensure_deployments(client, pools)
+            live = {s.index: self._submit(s, pools[s.index % len(pools)], 1) for s in self.shards}
+            finished: dict[int, Attempt] = {}
+            try:
+                while live:
+                    for index, attempt in list(live.items()):
+                        outcome = self._look(client, attempt)
+                        if outcome == "done":
+                            finished[index] = live.pop(index)
+                        elif outcome == "failed":
+                            live[index] = self._retry(client, attempt)
+                    self._record([*finished.values(), *live.values()])
+                    if live:
+                        time.sleep(self.fanout.poll_interval_s)
+            except BaseException:
+                self._cancel(client, live.values())
+                raise
+        merge = phase_table.get(self.phase).merge()
+        progress.step(self.phase, f"merging {len(self.shards)} shards")
+        return merge(self.cfg, [shard_config(self.cfg, s) for s in self.shards])
+
+    def _submit(self, shard: Shard, pool: str, number: int) -> Attempt:
+        run = run_deployment(f"{SHARD_FLOW}/{pool}", timeout=0, as_subflow=True,
+                             flow_run_name=f"{self.cfg.name}: {shard.label} (attempt {number})",
+                             parameters={"config_path": str(self.config_path), "phase": self.phase,
+                                         "index": shard.index, "count": shard.count, **self.params})
+        self.log.info("%s: sent to pool %s (attempt %d, flow run %s)", shard.label, pool, number, run.id)
+        return Attempt(shard, pool, number, run.id)
+
+    def _look(self, client, a: Attempt) -> str:
+        """'done', 'failed' (a.cause says why) or 'running' (includes waiting for a worker)."""
+        state = client.read_flow_run(a.run_id).state
+        beat = ledger.heartbeat(self.cfg.run_dir, a.shard)
+        if beat and beat.get("at", 0) >= a.started - 1:
+            a.host = str(beat.get("host", ""))
+        a.done, a.total = ledger.progress_of(self.cfg.run_dir, a.shard)
+        a.state = state.name if state else "unknown"
+        if state is None or state.type in (StateType.SCHEDULED, StateType.PENDING, StateType.PAUSED):
+            a.state = f"waiting for a worker of pool {a.pool}" if state is None or state.type == StateType.SCHEDULED \
+                else a.state
+            return "running"
+        if state.type == StateType.COMPLETED:
+            return "done"
+        if state.type in _FAILED:
+            a.cause = state.message or state.name
+            if a.cause.startswith(NOT_RETRYABLE):
+                raise ShardFailed(f"{a.shard.label} failed on pool {a.pool}{self._on(a)}: {a.cause[len(NOT_RETRYABLE):]}")
+            return "failed"
+        now = time.time()
+        a.running_since = a.running_since or now
+        last = max(float(beat["at"]) if beat else 0.0, a.running_since)
+        if now - last > self.fanout.heartbeat_timeout_s:
+            a.cause = (f"no heartbeat for {now - last:.0f} s (fanout.heartbeat_timeout_s "
+                       f"{self.fanout.heartbeat_timeout_s:g}): its node or worker died")
+            client.set_flow_run_state(a.run_id, Crashed(message=a.cause), force=True)
+            a.state = "lost"
+            return "failed"
+        return "running"
+
+    def _on(self, a: Attempt) -> str:
+        return f" (host {a.host})" if a.host else ""
+
+    def _retry(self, client, a: Attempt) -> Attempt:
+        if a.number > self.fanout.retries:
+            raise ShardFailed(f"{a.shard.label} failed on pool {a.pool}{self._on(a)} after {a.number} attempts "
+                              f"(fanout.retries {self.fanout.retries}): {a.cause}")
+        pool = self._next_pool(client, a.pool)
+        self.log.warning("%s failed on pool %s%s: %s; retrying on pool %s", a.shard.label, a.pool, self._on(a),
+                         a.cause, pool)
+        progress.note(self.phase, f"{a.shard.label} failed on {a.pool}{self._on(a)} ({a.cause}); retry on {pool}",
+                      ok=False)
+        retry = self._submit(a.shard, pool, a.number + 1)
+        retry.earlier = [*a.earlier, {k: v for k, v in a.entry().items() if k != "earlier"}]
+        return retry
+
+    def _next_pool(self, client, failed: str) -> str:
+        """The next pool after `failed` with an online worker; `failed` itself when none has one (its
+        shard then waits for a worker to come back)."""
+        pools = self.fanout.pools
+        start = pools.index(failed) if failed in pools else -1
+        for pool in pools[start + 1:] + pools[:start + 1]:
+            if any(str(getattr(w.status, "value", w.status)).upper() == "ONLINE"
+                   for w in client.read_workers_for_work_pool(work_pool_name=pool)):
+                return pool
+        return failed
+
+    def _record(self, attempts: list[Attempt]) -> None:
+        attempts = sorted(attempts, key=lambda a: a.shard.index)
+        ledger.write(self.cfg.run_dir, self.phase, [a.entry() for a in attempts])
+        totals = [a.total for a in attempts if a.total]
+        if len(totals) == len(attempts):
+            progress.emit(progress.Event(self.phase, progress.PROGRESS, done=sum(a.done or 0 for a in attempts),
+                                         total=sum(totals), detail={"shards": len(attempts)}))
+
+    def _cancel(self, client, attempts) -> None:
+        """The coordinator stops (an error, a cancel): its shards' runs stop too; each node's worker ends
+        its flow-run process, whose supervisor ends its servers."""
+        from prefect.states import Cancelling
+
+        for a in attempts:
+            try:
+                client.set_flow_run_state(a.run_id, Cancelling(message="the coordinator stopped"), force=True)
+            except Exception as e:  # noqa: BLE001 - cancelling the rest must not hide why the coordinator stopped
+                self.log.warning("could not cancel %s (flow run %s): %s", a.shard.label, a.run_id, e)
