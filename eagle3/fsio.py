@@ -6,6 +6,7 @@ import contextlib
 import fcntl
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, Iterator
@@ -84,6 +85,19 @@ def tail(path: Path, max_bytes: int = 4000) -> str:
             return fh.read().decode(errors="replace")
     except FileNotFoundError:
         return ""
+
+
+def link_or_copy(src: Path, dst: Path) -> None:
+    """dst becomes another name of src (a copy where the filesystem refuses hard links), replaced
+    atomically: a reader sees the old dst or the new one."""
+    dst = Path(dst)
+    tmp = dst.with_name(f".{dst.name}.linking")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(src, tmp)
+    except OSError:
+        shutil.copy2(src, tmp)
+    os.replace(tmp, dst)
 
 
 def swap_in_dir(staged: Path, out_dir: Path, scratch: Path) -> None:

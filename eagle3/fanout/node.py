@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import socket
 import time
 from pathlib import Path
 
 from .. import phase_table
 from ..errors import ConfigError
-from ..fsio import atomic_write_json
+from ..fsio import atomic_write_json, link_or_copy
 from ..layout import RunLayout
 from ..ticker import Ticker
 from .slices import Shard
@@ -77,13 +76,7 @@ def stage_inputs(cfg, shard_cfg, phase: str) -> list[Path]:
         if rel.endswith("/") or not src.is_file():
             raise ConfigError(f"shard of {phase!r}: its input {src} is missing or not a file; finish {up!r} first")
         dst.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dst.with_name(f".{dst.name}.staging")
-        tmp.unlink(missing_ok=True)
-        try:
-            os.link(src, tmp)
-        except OSError:
-            shutil.copy2(src, tmp)
-        os.replace(tmp, dst)
+        link_or_copy(src, dst)
         staged.append(dst)
     return staged
 

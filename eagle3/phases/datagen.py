@@ -352,10 +352,19 @@ def run_datagen(cfg: PipelineConfig, sup: Supervisor | None, on_progress: Progre
     return _finish(cfg, paths, prompts, len(done_ids), stats, endpoint, t_start)
 
 
+def failed_prompts_gate(cfg: PipelineConfig, paths: DatagenPaths, summary: DatagenSummary, where: str) -> None:
+    """GateError when more prompts than datagen.max_failed_fraction allows have no sample (after
+    summary.json is written: it says what there is)."""
+    missing, allowed = summary.total - summary.samples, cfg.datagen.max_failed_fraction
+    if missing > allowed * summary.total:
+        raise GateError(f"{missing} of {summary.total} prompts have no sample{where} (allowed: "
+                        f"datagen.max_failed_fraction = {allowed}); reasons in {paths.failures}. A rerun retries "
+                        "only those prompts.")
+
+
 def _finish(cfg: PipelineConfig, paths: DatagenPaths, prompts: PromptSet, resumed: int, stats: _Stats,
             endpoint: str, t_start: float) -> PhaseSummary:
     """Write summary.json, then apply the failed-prompts gate."""
-    d = cfg.datagen
     summary = DatagenSummary(
         samples=resumed + stats.new, total=len(prompts.prompts), new_samples=stats.new, resumed=resumed,
         failed=stats.failed, invalid_prompts=len(prompts.problems), prompt_tokens=stats.prompt_tokens,
@@ -365,10 +374,7 @@ def _finish(cfg: PipelineConfig, paths: DatagenPaths, prompts: PromptSet, resume
         endpoint=endpoint, model=cfg.target.served_name, output=str(paths.samples))
     details = {**asdict(summary), "complete": summary.complete}
     atomic_write_json(paths.summary, details)
-    missing = summary.total - summary.samples
-    if missing > d.max_failed_fraction * summary.total:
-        raise GateError(f"{missing} of {summary.total} prompts have no sample (allowed: datagen.max_failed_fraction "
-                        f"= {d.max_failed_fraction}); reasons in {paths.failures}. A rerun retries only those prompts.")
+    failed_prompts_gate(cfg, paths, summary, "")
     return PhaseSummary(summary.output, (
         f"{summary.samples}/{summary.total} samples ({summary.new_samples} new, {summary.resumed} resumed, "
         f"{summary.failed} failed), {summary.completion_tokens} tokens at {summary.output_tok_s:.1f} tok/s, "

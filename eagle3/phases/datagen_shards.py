@@ -19,7 +19,7 @@ from ..fanout.slices import Shard
 from ..fsio import atomic_write_json, atomic_write_text, read_json
 from ..prompts import load_prompts
 from . import PhaseSummary
-from .datagen import PHASE, DatagenPaths, DatagenSummary, content_settings
+from .datagen import PHASE, DatagenPaths, DatagenSummary, content_settings, failed_prompts_gate
 
 _SUMMED = ("new_samples", "resumed", "failed", "prompt_tokens", "completion_tokens", "retries")
 
@@ -65,10 +65,7 @@ def merge_datagen(cfg: PipelineConfig, shard_cfgs: list[PipelineConfig]) -> Phas
     summary = _summed(cfg, paths, summaries, len(ordered), len(prompts.prompts), len(prompts.problems), t0)
     details = {**asdict(summary), "complete": summary.complete, "shards": count}
     atomic_write_json(paths.summary, details)
-    missing = summary.total - summary.samples
-    if missing > d.max_failed_fraction * summary.total:
-        raise GateError(f"{missing} of {summary.total} prompts have no sample in any shard (allowed: "
-                        f"datagen.max_failed_fraction = {d.max_failed_fraction}); reasons in {paths.failures}")
+    failed_prompts_gate(cfg, paths, summary, " in any shard")
     return PhaseSummary(summary.output, (
         f"{summary.samples}/{summary.total} samples merged from {count} shards ({summary.new_samples} new, "
         f"{summary.failed} failed), {summary.completion_tokens} tokens -> {summary.output}"), details)

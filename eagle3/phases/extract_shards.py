@@ -18,22 +18,11 @@ from pathlib import Path
 from ..config import PipelineConfig
 from ..errors import GateError
 from ..fanout.slices import Shard, contiguous
-from ..fsio import atomic_write_bytes, atomic_write_json, read_json
+from ..fsio import atomic_write_bytes, atomic_write_json, link_or_copy, read_json
 from . import PhaseSummary
 from .extract import PHASE, ExtractPaths, ExtractSummary, settings_fingerprint
 from .extract_manifest import read_extract_manifest, write_manifest
 from .hs_files import Expect, PreparedIndex, scan_dir
-
-
-def _link(src: Path, dst: Path) -> None:
-    """dst becomes another name of src (a copy where the filesystem refuses links), atomically."""
-    tmp = dst.with_name(f".{dst.name}.merging")
-    tmp.unlink(missing_ok=True)
-    try:
-        os.link(src, tmp)
-    except OSError:
-        shutil.copy2(src, tmp)
-    os.replace(tmp, dst)
 
 
 def _link_tree(src: Path, dst: Path) -> None:
@@ -46,7 +35,7 @@ def _link_tree(src: Path, dst: Path) -> None:
             target.mkdir(parents=True, exist_ok=True)
         else:
             target.parent.mkdir(parents=True, exist_ok=True)
-            _link(path, target)
+            link_or_copy(path, target)
     partial.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(dst, ignore_errors=True)
     os.replace(partial, dst)
@@ -80,7 +69,7 @@ def merge_extract(cfg: PipelineConfig, shard_cfgs: list[PipelineConfig]) -> Phas
             if not src.is_file():
                 raise GateError(f"{Shard(PHASE, i, count).label}: {src} is missing though the shard is done; rerun "
                                 "extract (the shard redoes only its missing files)")
-            _link(src, paths.hidden_states / src.name)
+            link_or_copy(src, paths.hidden_states / src.name)
     shard_manifest = read_extract_manifest(shard_cfgs[0], check_config=False)
     expect = Expect(len(shard_manifest.layer_ids), shard_manifest.hidden_size, shard_manifest.dtype)
     scan = scan_dir(paths.hidden_states, index, expect)
