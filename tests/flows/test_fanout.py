@@ -102,7 +102,7 @@ def scenario(prefect_server, tiny_model, vllm_server, tmp_path_factory):
         "fanout": {"pools": list(pools.values()), "shards": {"datagen": 2, "extract": 2}, "heartbeat_timeout_s": 20.0,
                    "poll_interval_s": 1.0, "retries": 2}})
     config_path = base / "config.yaml"
-    nodes = {}
+    nodes, coordinators = {}, []
     for key, pool in pools.items():
         locks = base / f"locks-{key}"
         locks.mkdir()
@@ -112,10 +112,11 @@ def scenario(prefect_server, tiny_model, vllm_server, tmp_path_factory):
     try:
         # datagen: kill node A (worker + the shard's flow-run process) once its shard has written a row
         coordinator = _coordinate(config_path, prefect_server.env, "datagen")
+        coordinators.append(coordinator)
         shard0 = RunLayout(cfg.run_dir).shard_run_dir("datagen", 0, 2)
         samples0 = shard0 / "datagen" / "samples.jsonl"
         wait_until(lambda: (samples0.is_file() and samples0.read_text().count("\n") >= 1) or coordinator.poll() is not None,
-                   400, "shard 1 of datagen to write its first row", step=0.1)
+                   600, "shard 1 of datagen to write its first row", step=0.1)
         assert coordinator.poll() is None, coordinator.stdout.read()
         beat = json.loads((shard0 / "state" / "heartbeat.json").read_text())
         entries = json.loads((shard0 / "state" / "services.json").read_text())
@@ -132,6 +133,7 @@ def scenario(prefect_server, tiny_model, vllm_server, tmp_path_factory):
 
         nodes["A"].start()  # node A comes back for extract
         coordinator = _coordinate(config_path, prefect_server.env, "extract")
+        coordinators.append(coordinator)
         out, _ = coordinator.communicate(timeout=700)
         extract = subprocess.CompletedProcess(coordinator.args, coordinator.returncode, out)
         status = subprocess.run([EAGLE3, "status", str(config_path)], env=prefect_server.env, cwd=REPO,
@@ -145,6 +147,8 @@ def scenario(prefect_server, tiny_model, vllm_server, tmp_path_factory):
         unsharded = {r["id"]: r for r in _rows(plain.layout.samples)}
         yield Scenario(cfg, config_path, nodes, datagen, extract, killed, unsharded, status)
     finally:
+        for proc in coordinators:  # a failed setup must not leave its coordinator running
+            stop_group(proc)
         for node in nodes.values():
             node.stop()
 
@@ -178,8 +182,11 @@ def test_a_killed_node_s_shard_is_retried_elsewhere_and_keeps_its_rows(scenario)
     record = json.loads((scenario.cfg.layout.state / "shards.json").read_text())["datagen"]["shards"]
     first = record[0]
     assert first["pool"] == "eagle3-node-b" and first["attempt"] == 2 and first["state"] == "Completed", record
-    with client() as c:
-        runs = [r for r in c.read_flow_runs() if r.name.startswith(f"{scenario.cfg.name}: datagen shard 1/2")]
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
+
+    with client() as c:  # by name: the session's server holds many runs, more than one page of them
+        runs = c.read_flow_runs(flow_run_filter=FlowRunFilter(
+            name=FlowRunFilterName(like_=f"{scenario.cfg.name}: datagen shard 1/2")))
     states = sorted((r.name, r.state.name) for r in runs)
     assert [s for _, s in states] == ["Crashed", "Completed"], states
     lost = next(r for r in runs if r.state.name == "Crashed")
