@@ -11,6 +11,7 @@ and their concurrency limits (one shard per node at a time)."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -114,6 +115,8 @@ def fanned_out(cfg, config_path: str, phase: str, upstream: str | None, force: b
 
 
 class Coordinator:
+    """One fanned-out phase: its shards sent, watched and retried, then merged."""
+
     def __init__(self, cfg, config_path: str, phase: str, upstream: str | None, force: bool, force_token: str | None):
         self.cfg, self.config_path, self.phase = cfg, config_path, phase
         self.params = {"upstream": upstream, "force": force, "force_token": force_token}
@@ -139,6 +142,8 @@ class Coordinator:
                     if live:
                         time.sleep(self.fanout.poll_interval_s)
             except BaseException:
+                with contextlib.suppress(OSError):  # the record says how it ended; it must not hide why
+                    self._record([*finished.values(), *live.values()])
                 self._cancel(client, live.values())
                 raise
         merge = phase_table.get(self.phase).merge()
