@@ -253,19 +253,22 @@ def check_shm(cfg: PipelineConfig, shm_dir: Path | None = None) -> Check:
 
 
 def check_drafter(cfg: PipelineConfig) -> Check | None:
-    manifest = read_json(cfg.layout.train_manifest)
-    if not manifest:
-        return None
+    """The drafter the benchmark will serve: bench.drafter if set, else the train phase's (once trained)."""
     from .drafters.loadable import check_drafter as gate
 
-    ids = manifest.get("aux_layer_ids_vllm")
-    report = gate(manifest["checkpoint"], cfg.bench.engine, target=cfg.target.model, expected_aux_ids=ids)
+    if cfg.bench.drafter is not None:
+        path, ids, source = str(cfg.bench.drafter), None, "bench.drafter"
+    elif manifest := read_json(cfg.layout.train_manifest):
+        path, ids, source = manifest["checkpoint"], manifest.get("aux_layer_ids_vllm"), "train manifest"
+    else:
+        return None
+    report = gate(path, cfg.bench.engine, target=cfg.target.model, expected_aux_ids=ids)
     if not report.ok:
-        return Check("drafter-gate", FAIL, "; ".join(f"{p.where}: {p.message}" for p in report.problems),
+        return Check("drafter-gate", FAIL, f"{source} {path}: " + "; ".join(f"{p.where}: {p.message}"
+                                                                             for p in report.problems),
                      f"`eagle3 export-drafter` for {cfg.bench.engine}, or retrain (F7: unmatched weights are "
                      "dropped silently by SGLang)")
-    return Check("drafter-gate", PASS, f"{manifest['checkpoint']} has every weight {cfg.bench.engine} loads, "
-                                       f"aux ids {ids}")
+    return Check("drafter-gate", PASS, f"{path} has every weight {cfg.bench.engine} loads, aux ids {ids}")
 
 
 def _gb(n: float) -> str:

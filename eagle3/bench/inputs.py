@@ -9,8 +9,9 @@ from pathlib import Path
 
 from ..config import PipelineConfig
 from ..drafters.formats import PROVENANCE
+from ..drafters.loadable import check_drafter
 from ..drafters.testmaker import drafter_aux_ids
-from ..errors import ConfigError
+from ..errors import ConfigError, GateError
 from ..fsio import read_input_json
 from ..prompts import load_prompts
 from ..prompts.sets import load_prompt_set
@@ -39,6 +40,22 @@ def resolve_drafter(cfg: PipelineConfig) -> dict:
             "aux_layer_ids_vllm": m.get("aux_layer_ids_vllm"), "config_aux_layer_ids": drafter_aux_ids(path),
             "train_manifest": str(cfg.layout.train_manifest), "val_full_acc": m.get("val_full_acc"),
             "data": m.get("data")}
+
+
+def refuse_unloadable(cfg: PipelineConfig, drafter: dict) -> None:
+    """F7 before any server starts: a drafter bench.engine would load with weights dropped or
+    mis-read (SGLang skips unmatched tensor names without a word) is refused here, not measured as a
+    bad drafter after the baseline has run. The train phase gates its own drafter; bench.drafter is
+    whatever the user points at, and this is where it is gated."""
+    engine = cfg.bench.engine
+    report = check_drafter(drafter["path"], engine, target=cfg.target.model,
+                           expected_aux_ids=drafter.get("aux_layer_ids_vllm"))
+    if report.ok:
+        return
+    where = "bench.drafter" if drafter["source"].startswith("bench.drafter") else drafter["source"]
+    problems = "\n".join(f"  - {p.where}: {p.message}" for p in report.problems)
+    raise GateError(f"{where}: {drafter['path']} is not loadable as trained by {engine} (F7: {engine} would serve "
+                    f"it with weights dropped or misread); no server was started:\n{problems}")
 
 
 def parity_expectation(cfg: PipelineConfig, drafter: dict) -> tuple[list[float] | None, str | None]:

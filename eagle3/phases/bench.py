@@ -59,7 +59,7 @@ SCHEMA = 1
 
 log = logging.getLogger("eagle3.bench")
 
-from ..bench.inputs import held_out_prompts, parity_expectation, resolve_drafter, training_prompts
+from ..bench.inputs import held_out_prompts, parity_expectation, refuse_unloadable, resolve_drafter, training_prompts
 from ..bench.measure import measure_server
 from ..bench.paths import BenchPaths, slug
 
@@ -116,6 +116,7 @@ def run_bench(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | No
     paths = BenchPaths.of(cfg)
     paths.dir.mkdir(parents=True, exist_ok=True)
     drafter = resolve_drafter(cfg)
+    refuse_unloadable(cfg, drafter)
     prompts = held_out_prompts(cfg)
     client_name, _, _, write_dataset, ext = benchclient.CLIENTS[b.engine]
     dataset = write_dataset(paths.dir / f"prompts{ext}", prompts["texts"])
