@@ -46,6 +46,7 @@ def start_server(sup: Supervisor, cfg: PipelineConfig, phase: str, engine: str, 
         stop_grace_s=server.stop_grace_s,
         hang_timeout_s=server.hang_timeout_s,
         secrets=[key],
+        stop_leader_first=adapter.STOP_LEADER_FIRST,
     )
     proc = sup.launch(spec)
     what = f"waiting for {engine} server readiness (PID {proc.pid}, port {server.port}, budget {server.startup_timeout_s:.0f} s)"

@@ -11,6 +11,10 @@ from ..process.services import HttpProbe, LogProbe, Probe
 READY_LINE = r"The server is fired up and ready to roll!"
 LAUNCHER = Path(__file__).resolve().parent.parent / "engine_side" / "sglang_serve.py"
 KEY_ENV = "EAGLE3_SERVER_API_KEY"
+# SGLang ends its own process tree on SIGTERM to its leader (drain, then kill_process_tree). SIGTERM
+# to the whole group reaches its detokenizer first, which its leader takes for a crash: SIGQUIT, five
+# seconds of crash diagnostics, a log that reads as a failure (seen on the H200, 0.5.16).
+STOP_LEADER_FIRST = True
 
 
 def serve_argv(env: EngineEnv, target: Target, server: Server, extra: list[str] = ()) -> list[str]:

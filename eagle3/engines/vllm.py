@@ -7,6 +7,8 @@ from pathlib import Path
 from ..config import EngineEnv, Server, Target
 from ..process.services import HttpProbe, Probe
 
+STOP_LEADER_FIRST = False  # SIGTERM to the whole group: vLLM's API server and EngineCore each shut down on it
+
 
 def serve_argv(env: EngineEnv, target: Target, server: Server, extra: list[str] = ()) -> list[str]:
     argv = [*env.script_argv("vllm"), "serve", str(target.model),

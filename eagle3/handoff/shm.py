@@ -29,6 +29,7 @@ PATTERNS = (
     "sgl_shm_*",                  # SGLang
     "multi_tokenizer_args_*",     # SGLang
     "shared_mla_tp*",             # SGLang
+    "sglang_loads_*",             # SGLang >= 0.5.16 load snapshots: never unlinked, not even on a clean stop
     "kvcached_*",                 # kvcached
 )
 

@@ -50,6 +50,7 @@ class LaunchSpec:
     progress_paths: list[Path] = field(default_factory=list)  # changes here count as progress for the watchdog
     secrets: list[str] = field(default_factory=list)  # argv values masked in the registry and log
     scope: str = "phase"  # "run": not a phase's service but the run's own (see Entry.scope)
+    stop_leader_first: bool = False  # SIGTERM to the leader alone first (stopping.stop_entry says why)
 
     def __post_init__(self):
         # A string would be iterated as characters; argv must be a real list (no shell strings).
@@ -123,7 +124,7 @@ class Supervisor:
             live = self._live.pop(entry.id, None)
             if live is not None:  # our own child: the entry in memory, not the file's
                 outcome = stop_entry(live.entry, self.registry.token, live.entry.grace(default_grace_s),
-                                     live.popen.poll, own_child=True)
+                                     live.popen.poll, own_child=True, leader_first=live.spec.stop_leader_first)
             else:
                 outcome = stop_entry(entry, self.registry.token, entry.grace(default_grace_s))
             if outcome.clean:
@@ -211,7 +212,8 @@ class Process:
     def stop(self, grace_s: float | None = None) -> StopOutcome:
         if self.outcome is None or not self.outcome.clean:
             grace = self.spec.stop_grace_s if grace_s is None else grace_s
-            self.outcome = stop_entry(self.entry, self.sup.registry.token, grace, self.popen.poll, own_child=True)
+            self.outcome = stop_entry(self.entry, self.sup.registry.token, grace, self.popen.poll, own_child=True,
+                                      leader_first=self.spec.stop_leader_first)
             if self.outcome.clean:
                 self.sup.registry.remove(self.entry.id)
                 self.sup._forget(self.entry.id)

@@ -76,10 +76,23 @@ def _escaped(entry: Entry, token: str) -> list[int]:
     return found
 
 
+LEFT_AFTER_LEADER_S = 5.0  # grace for what a leader that stopped in time left in its group
+
+
+def _signal_leader(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
 def stop_entry(entry: Entry, token: str, grace_s: float, reap: Callable[[], object] | None = None,
-               own_child: bool = False) -> StopOutcome:
+               own_child: bool = False, leader_first: bool = False) -> StopOutcome:
     """Stop what `entry` names. `own_child`: the caller launched it and holds its Popen (the entry
-    is the one in memory, not one read back from the registry file), which proves it ours."""
+    is the one in memory, not one read back from the registry file), which proves it ours.
+    `leader_first` (own children only): SIGTERM to the leader alone, which ends its own children;
+    the group is signalled only for what is left after `grace_s`. SGLang needs this: a child that
+    gets SIGTERM itself reads to its leader as a crash (SIGQUIT, five seconds of crash diagnostics)."""
     t0 = time.monotonic()
     verdict = proof(entry, token)
     if own_child:
@@ -121,7 +134,12 @@ def stop_entry(entry: Entry, token: str, grace_s: float, reap: Callable[[], obje
             except ProcessLookupError:
                 pass
 
-    result = escalate(send, remaining, grace_s)
+    result = None
+    if leader_first and own_child and group_ours and procfs.alive(entry.pid):
+        # Our unreaped child: its PID cannot have been handed to another process.
+        result = escalate(lambda sig: _signal_leader(entry.pid, sig), remaining, grace_s, kill=False)
+    if result is None or result.killed:
+        result = escalate(send, remaining, grace_s if result is None else LEFT_AFTER_LEADER_S)
     if reap:
         reap()  # the leader may have turned zombie after the last poll; do not leave it unreaped
     left, stuck_ones = result.survivors, stuck(result.survivors)

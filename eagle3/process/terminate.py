@@ -31,13 +31,16 @@ class Escalation:
 
 
 def escalate(send: Callable[[int], None], remaining: Callable[[], list[int]], grace_s: float,
-             poll_s: float = POLL_S) -> Escalation:
+             poll_s: float = POLL_S, kill: bool = True) -> Escalation:
     """SIGTERM to what `send` reaches, up to `grace_s` for `remaining()` to empty, then SIGKILL and
-    up to KILL_WAIT_S more (SIGKILL only marks a task; its memory is released as it exits)."""
+    up to KILL_WAIT_S more (SIGKILL only marks a task; its memory is released as it exits).
+    `kill=False`: no SIGKILL; what is left is returned as `killed` for the caller's next step."""
     send(signal.SIGTERM)
     left = _wait_for(remaining, grace_s, poll_s)
     if not left:
         return Escalation("SIGTERM", [], [])
+    if not kill:
+        return Escalation("SIGTERM", left, left)
     send(signal.SIGKILL)
     return Escalation("SIGKILL", left, _wait_for(remaining, KILL_WAIT_S, poll_s))
 

@@ -97,3 +97,24 @@ def test_ready_line_of_an_earlier_launch_does_not_count(make_config):
     # The timed-out server was torn down: nothing listens, nothing is registered.
     assert sup.registry.entries() == []
     assert not procfs.listening_ports({cfg.datagen.server.port})
+
+
+@pytest.mark.parametrize("leader_first", [True, False], ids=["adapter", "group-sigterm"])
+def test_stop_signals_the_leader_alone_so_sglang_shuts_down_as_designed(make_config, monkeypatch, leader_first):
+    """The pack's datagen on real SGLang (H200, 2026-12-02) stopped its server with SIGTERM to the
+    whole group: the detokenizer died first, and SGLang logged it as a crash, slept five seconds
+    before crash diagnostics, then killed its tree. SIGTERM to the leader alone drains and ends in
+    about 4 s there. The stand-in (FAKE_SGLANG_CHILDREN) reproduces both; the adapter must take the first."""
+    monkeypatch.setattr(sglang, "STOP_LEADER_FIRST", leader_first)
+    cfg, sup = fake_config(make_config, 0.0, 0.0)
+    cfg.engines.sglang.env["FAKE_SGLANG_CHILDREN"] = "1"
+    proc = start_server(sup, cfg, "datagen", "sglang", cfg.datagen.server)
+    members = procfs.group_members(proc.entry.pgid)
+    assert len(members) == 2, members  # the leader and its "detokenizer"
+    outcome = proc.stop()
+    assert outcome.clean and procfs.group_members(proc.entry.pgid) == [] and sup.registry.entries() == []
+    log = proc.log_tail()
+    if leader_first:
+        assert outcome.seconds < 3 and "crashed" not in log and "Draining requests" in log
+    else:  # what the pack did before: a crash in the log, five seconds more
+        assert outcome.seconds >= 5 and "crashed with exit code -15" in log

@@ -304,7 +304,7 @@ def test_shm_purge_removes_only_unused_allow_listed_files_of_the_pipeline_user(e
     dead = spawner.start("pass", ready=False)
     dead.wait()  # its PID is now free: a segment naming it as creator is stale
     names = ["nccl-AbC123", "psm_5f3a", "sem.mp-xyz", f"torch_{dead.pid}_1_2", "vllm_offload_e1.mmap",
-             f"sgl_shm_tok_{dead.pid}_b",
+             f"sgl_shm_tok_{dead.pid}_b", "sglang_loads_18621_a1b2c3d4.shm",
              "open-nccl", "nccl-open", "nccl-mapped", "psm_other_uid", "unrelated.dat", "my-vllm"]
     for n in names:
         (env.shm / n).write_bytes(b"x" * 4096)
@@ -318,7 +318,7 @@ def test_shm_purge_removes_only_unused_allow_listed_files_of_the_pipeline_user(e
     report = env.handoff(gpus=[])
     removed = set(report.shm["removed"])
     assert removed == {"nccl-AbC123", "psm_5f3a", "sem.mp-xyz", f"torch_{dead.pid}_1_2", "vllm_offload_e1.mmap",
-                       f"sgl_shm_tok_{dead.pid}_b"}
+                       f"sgl_shm_tok_{dead.pid}_b", "sglang_loads_18621_a1b2c3d4.shm"}
     left = set(os.listdir(env.shm))
     assert left == set(names + ["nccl-link", f"torch_{creator.pid}_1_1"]) - removed
     kept = {k["name"]: k["reason"] for k in report.shm["kept"]}

@@ -1,12 +1,19 @@
 """Stand-in for `python -m sglang.launch_server`: accepts SGLang's documented launch flags (an
 unknown flag fails like the real parser does) and reproduces its startup as seen from outside:
 HTTP answers at once, /health is 503 until FAKE_SGLANG_HEALTH_AFTER seconds, and the ready line
-is printed after FAKE_SGLANG_READY_AFTER seconds (negative: never)."""
+is printed after FAKE_SGLANG_READY_AFTER seconds (negative: never).
+
+FAKE_SGLANG_CHILDREN=1 adds SGLang 0.5.16's shutdown as seen on the H200: a child process (its
+detokenizer); SIGTERM to this leader drains, then kills the child and itself (kill_process_tree, exit
+-9); a child that dies of a signal the leader did not send reads as a crash: "crashed with exit code
+-15", SIGQUIT, five seconds before its crash diagnostics, then the same kill."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
+import subprocess
 import sys
 import threading
 import time
@@ -54,10 +61,43 @@ def main() -> None:
             pass
 
     httpd = ThreadingHTTPServer((args.host or "127.0.0.1", args.port), Handler)
+    if os.environ.get("FAKE_SGLANG_CHILDREN") == "1":
+        _children_like_sglang()
     print(f"fake sglang: serving {args.model_path} as {args.served_model_name} on port {args.port}", flush=True)
     if ready_after >= 0:
         threading.Timer(ready_after, lambda: print(f"[ts] {READY_LINE}", flush=True)).start()
     httpd.serve_forever()
+
+
+def _children_like_sglang() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+    killing = threading.Event()  # set once this leader ends the child itself
+
+    def kill_tree() -> None:
+        killing.set()
+        print(f"[ts] kill_process_tree called: parent_pid={os.getpid()}, include_parent=True", flush=True)
+        child.kill()
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    def drained() -> None:
+        if child.poll() is None:  # a drain needs its children: with one dead, the crash path ends it
+            kill_tree()
+
+    def on_sigterm(signum, frame):
+        print("[ts] SIGTERM received. Draining requests and shutting down...", flush=True)
+        threading.Timer(0.5, drained).start()
+
+    def watch_child() -> None:
+        rc = child.wait()
+        if not killing.is_set():  # draining or not: SGLang's leader watches its children all along
+            print(f"[ts] Subprocess detokenizer (pid={child.pid}) crashed with exit code {rc}. "
+                  "Triggering SIGQUIT for cleanup...", flush=True)
+            print("[ts] Sleeping 5 seconds before crash diagnostics to let GPU activity settle.", flush=True)
+            time.sleep(5)
+            kill_tree()
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    threading.Thread(target=watch_child, daemon=True).start()
 
 
 if __name__ == "__main__":
