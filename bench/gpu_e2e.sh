@@ -117,6 +117,7 @@ PY
     fi
     run_config "$REPO/configs/h200-tiny-online.yaml" "$RESULTS/run-online.log"; rc=$? ;;
   record) rc=0 ;;
+  wrappers) wrappers; exit 0 ;;  # the engine wrappers alone (bench/gpu_sglang.sh's configs name them too)
   *) echo "unknown step $STEP" >&2; exit 2 ;;
 esac
 record

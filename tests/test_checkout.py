@@ -22,7 +22,8 @@ SYMLINK_MODE = "120000"
 # Recorded files that name the machine they were made on, and are never read as paths: raw
 # measurement records (the README's numbers are backed by them) and the trainer's own metadata in a
 # fixture checkpoint (`name_or_path`, which no loader here reads).
-RECORDED = ("tests/gpu/results-*.jsonl", "bench/results/*.json", "bench/results/gpu-*", "tests/fixtures/bench-history/*.json",
+RECORDED = ("tests/gpu/results-*.jsonl", "bench/results/*.json", "bench/results/gpu-*", "bench/results/sglang-*",
+            "tests/fixtures/bench-history/*.json",
             "tests/fixtures/eagle3-tiny/drafter-trained/config.json")
 
 
