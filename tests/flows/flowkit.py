@@ -36,21 +36,31 @@ def base_env() -> dict[str, str]:
 def stop_group(proc: subprocess.Popen, signals=((signal.SIGTERM, 20.0), (signal.SIGINT, 10.0),
                                                  (signal.SIGKILL, 10.0))) -> None:
     """End a process group this session started (leader = proc, started with start_new_session)."""
-    pgid = proc.pid
+    stop_groups([proc], signals)
+
+
+def stop_groups(procs: list[subprocess.Popen], signals=((signal.SIGTERM, 20.0), (signal.SIGINT, 10.0),
+                                                        (signal.SIGKILL, 10.0))) -> None:
+    """stop_group for several groups at once: each signal goes to every group still there, and the
+    wait that follows is shared (two workers that each sit out SIGTERM cost one wait, not two)."""
+    def gone(proc: subprocess.Popen) -> bool:
+        proc.poll()
+        return proc.returncode is not None and not procfs.group_members(proc.pid)
+
     for sig, wait_s in signals:
-        if proc.poll() is not None and not procfs.group_members(pgid):
+        left = [p for p in procs if not gone(p)]
+        if not left:
             break
-        try:
-            os.killpg(pgid, sig)
-        except ProcessLookupError:
-            break
+        for proc in left:
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                pass
         deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
-            proc.poll()
-            if proc.returncode is not None and not procfs.group_members(pgid):
-                break
+        while time.monotonic() < deadline and not all(gone(p) for p in left):
             time.sleep(0.1)
-    proc.poll()
+    for proc in procs:
+        proc.poll()
 
 
 def processes_with_env(key: str, value: str, exclude_pgids: set[int] = frozenset()) -> list:

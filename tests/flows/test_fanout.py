@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from flowkit import PREFECT, REPO, client, stop_group, wait_until
+from flowkit import PREFECT, REPO, client, stop_group, stop_groups, wait_until
 
 from eagle3.process import procfs
 from tests.conftest import write_tiny_config
@@ -54,8 +54,13 @@ class Node:
         return self.procs[-1]
 
     def stop(self) -> None:
-        for proc in self.procs:
-            stop_group(proc, ((signal.SIGTERM, 15.0), (signal.SIGINT, 10.0), (signal.SIGKILL, 10.0)))
+        stop_nodes([self])
+
+
+def stop_nodes(nodes) -> None:
+    """Every worker of these nodes at once (a worker may sit out SIGTERM; a second signal forces it)."""
+    stop_groups([p for n in nodes for p in n.procs], ((signal.SIGTERM, 15.0), (signal.SIGINT, 10.0),
+                                                     (signal.SIGKILL, 10.0)))
 
 
 @dataclass
@@ -148,8 +153,7 @@ def scenario(prefect_server, tiny_model, vllm_server, tmp_path_factory):
     finally:
         for proc in coordinators:  # a failed setup must not leave its coordinator running
             stop_group(proc)
-        for node in nodes.values():
-            node.stop()
+        stop_nodes(nodes.values())
 
 
 def test_two_shards_each_on_its_node_complete(scenario):
