@@ -9,14 +9,18 @@
 #                                             # the unexported speculators checkpoint
 #   bash bench/gpu_sglang.sh RESULTS datagen  # eagle3 datagen on SGLang, through the pack
 #   bash bench/gpu_sglang.sh RESULTS gate     # eagle3 bench with that drafter: refused before any server (F7)
-#   bash bench/gpu_sglang.sh RESULTS hang     # F5: a startup that never gets ready (a 2-node launch whose
-#                                             # second node never comes), through eagle3 datagen
+#   bash bench/gpu_sglang.sh RESULTS hang     # F5: a startup that never gets ready (SGLang's children
+#                                             # stopped once its weights are loaded), through eagle3 datagen
+#   bash bench/gpu_sglang.sh RESULTS e2e      # eagle3 run configs/h200-tiny-sglang-e2e.yaml (rerun: resumes)
+#   bash bench/gpu_sglang.sh RESULTS vllm-bench  # that run's drafter benchmarked on vLLM, same prompts
+#   bash bench/gpu_sglang.sh RESULTS compare  # RESULTS/compare.md: the two benchmarks side by side
+# (e2e and vllm-bench need vLLM too: bench/gpu_e2e.sh RESULTS setup first, as docs/GPU.md says.)
 #
 # Env: STAGE (default /tmp/stage), SGSITE (SGLang's site dir, /tmp/sgsite), SITE (the pack's, /tmp/e2e-site).
 # Every step appends {"step", "rc", "seconds", ...} to RESULTS/events.jsonl and leaves its logs in RESULTS.
 set -uo pipefail
-RESULTS=${1:?usage: gpu_sglang.sh RESULTS setup|serve|datagen|gate|hang}
-STEP=${2:?usage: gpu_sglang.sh RESULTS setup|serve|datagen|gate|hang}
+RESULTS=${1:?usage: gpu_sglang.sh RESULTS setup|serve|datagen|gate|hang|e2e|vllm-bench|compare}
+STEP=${2:?usage: gpu_sglang.sh RESULTS setup|serve|datagen|gate|hang|e2e|vllm-bench|compare}
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 STAGE=${STAGE:-/tmp/stage}
 SGSITE=${SGSITE:-/tmp/sgsite}
@@ -127,18 +131,8 @@ datagen() {
 }
 
 gate() {
-  # bench.drafter = the fixture: the pack exports it for SGLang, and its gate refuses before any server.
-  python3 - "$CONFIG" "$RESULTS/gate.yaml" "$FIXTURE/drafter-trained" <<'EOF'
-import sys, yaml, pathlib
-raw = yaml.safe_load(open(sys.argv[1])); base = pathlib.Path(sys.argv[1]).parent
-raw["bench"]["drafter"] = sys.argv[3]
-raw["run_dir"] = str((base / raw["run_dir"]).resolve()) + "-gate"
-for key in ("model",): raw["target"][key] = str((base / raw["target"][key]).resolve())
-for env in raw["engines"].values(): env["python"] = str((base / env["python"]).resolve())
-for ph in ("datagen", "bench"):
-    if raw[ph].get("prompts"): raw[ph]["prompts"] = str((base / raw[ph]["prompts"]).resolve())
-yaml.safe_dump(raw, open(sys.argv[2], "w"))
-EOF
+  # bench.drafter = the fixture (speculators layout): refused before any server (doctor, then the phase).
+  derived gate "raw['bench']['drafter'] = '$FIXTURE/drafter-trained'"
   local before
   before=$(gpu_mib)
   pack bench "$RESULTS/gate.yaml" < /dev/null > "$RESULTS/gate.log" 2>&1
@@ -147,32 +141,86 @@ EOF
   return $rc
 }
 
-hang() {
-  # A 2-node launch whose node 1 never starts: node 0 waits in its distributed init, printing nothing.
-  python3 - "$CONFIG" "$RESULTS/hang.yaml" <<'EOF'
+derived() {  # NAME EDITS [CONFIG]: CONFIG copied to RESULTS/NAME.yaml, paths absolute, its own run dir, EDITS applied
+  python3 - "${3:-$CONFIG}" "$RESULTS/$1.yaml" "$1" "$2" <<'EOF'
 import sys, yaml, pathlib
-raw = yaml.safe_load(open(sys.argv[1])); base = pathlib.Path(sys.argv[1]).parent
-raw["run_dir"] = str((base / raw["run_dir"]).resolve()) + "-hang"
+src, dst, name, edits = sys.argv[1:]
+raw = yaml.safe_load(open(src)); base = pathlib.Path(src).parent
+raw["run_dir"] = str((base / raw["run_dir"]).resolve()) + "-" + name
 raw["target"]["model"] = str((base / raw["target"]["model"]).resolve())
 for env in raw["engines"].values(): env["python"] = str((base / env["python"]).resolve())
 for ph in ("datagen", "bench"):
-    raw[ph]["prompts"] = str((base / raw[ph]["prompts"]).resolve())
-raw["datagen"]["server"]["hang_timeout_s"] = 60
-raw["datagen"]["server"]["extra_args"] += ["--nnodes", "2", "--node-rank", "0", "--dist-init-addr", "127.0.0.1:18629"]
-yaml.safe_dump(raw, open(sys.argv[2], "w"))
+    if raw[ph].get("prompts"): raw[ph]["prompts"] = str((base / raw[ph]["prompts"]).resolve())
+exec(edits)  # the step's own edits, written in this script
+yaml.safe_dump(raw, open(dst, "w"))
 EOF
-  pack datagen "$RESULTS/hang.yaml" < /dev/null > "$RESULTS/hang.log" 2>&1
-  local rc=$?
-  echo "datagen rc $rc; GPU MiB after $(gpu_mib); processes on the GPU: $(gpu_apps)" >> "$RESULTS/hang.log"
+}
+
+hang() {
+  # F5 as it looked: once the weights are on the GPU, SGLang's children (scheduler, detokenizer, ...) are
+  # stopped with SIGSTOP, so the server never gets ready and neither its log nor its GPU memory moves
+  # again. The pack must declare it hung within hang_timeout_s (60 s here) plus a few seconds, tear it
+  # down, prove the GPU free, and retry once (that second server is left alone and gets ready).
+  # The server is found through the pack's own registry (its leader's PID is its process group).
+  derived hang 'raw["datagen"]["server"]["hang_timeout_s"] = 60; raw["datagen"]["max_samples"] = 32'
+  local run="$REPO/runs/h200-tiny-sglang-hang" log leader pid rc
+  rm -rf "$run"
+  pack datagen "$RESULTS/hang.yaml" < /dev/null > "$RESULTS/hang.log" 2>&1 &
+  pid=$!
+  log="$run/datagen/logs/sglang-server.log"
+  for _ in $(seq 1 600); do grep -q "Load weight end" "$log" 2> /dev/null && break; sleep 0.5; done
+  leader=$(python3 -c "import json, sys
+e = json.load(open(sys.argv[1])); e = e.get('entries', e) if isinstance(e, dict) else e
+print(next(x['pid'] for x in e if x['phase'] == 'datagen'))" "$run/state/services.json")
+  local stopped=()
+  for p in $(ps -o pid= -g "$leader"); do
+    [ "$p" = "$leader" ] || { kill -STOP "$p" && stopped+=("$p"); }
+  done
+  echo "$(stamp) SIGSTOP to ${#stopped[@]} children of SGLang leader $leader (GPU $(gpu_mib) MiB)" >> "$RESULTS/hang-harness.log"
+  wait "$pid"
+  rc=$?
+  echo "$(stamp) eagle3 datagen rc $rc; GPU $(gpu_mib) MiB; processes on the GPU: $(gpu_apps)" >> "$RESULTS/hang-harness.log"
+  cp "$log" "$RESULTS/hang-server.log" 2> /dev/null
   return $rc
 }
 
+e2e() {  # the whole pipeline (rerun to resume: BUDGET_S bounds one command, SIGTERM as a scheduler would)
+  timeout -s TERM -k 150 "${BUDGET_S:-480}" env PYTHONPATH="$SITE/pack:$REPO" python3 -m eagle3.cli run \
+    "$REPO/configs/h200-tiny-sglang-e2e.yaml" < /dev/null >> "$RESULTS/e2e.log" 2>&1
+}
+
+vllm_bench() {  # the e2e run's drafter (its speculators checkpoint) on vLLM: same target, prompts, settings
+  local manifest="$REPO/runs/h200-tiny-sglang-e2e/train/manifest.json"
+  [ -f "$manifest" ] || { echo "no $manifest: run the e2e step first" >&2; return 2; }
+  derived vllm-bench "import json
+raw['bench']['engine'] = 'vllm'
+raw['bench']['drafter'] = json.load(open('$manifest'))['source_checkpoint']
+raw['bench']['server']['extra_args'] = ['--gpu-memory-utilization', '0.2']" "$REPO/configs/h200-tiny-sglang-e2e.yaml"
+  pack bench "$RESULTS/vllm-bench.yaml" < /dev/null > "$RESULTS/vllm-bench.log" 2>&1
+}
+
+compare() {  # RESULTS/compare.md: both engines' benchmark tables side by side
+  python3 - "$REPO/runs/h200-tiny-sglang-e2e/bench/results.json" \
+    "$REPO/runs/h200-tiny-sglang-e2e-vllm-bench/bench/results.json" "$RESULTS/compare.md" <<'EOF'
+import json, sys
+rows = []
+for engine, path in (("sglang", sys.argv[1]), ("vllm", sys.argv[2])):
+    for r in json.load(open(path))["table"]:
+        rows.append(f"| {engine} | {r['config']} | {r['concurrency']} | {r['output_tok_s']} | {r['speedup']} | "
+                    f"{r['mean_tpot_ms']} | {r['acceptance_length']} | {r['per_position_pct']} |")
+head = ["| engine | server | concurrency | output tok/s | vs baseline | TPOT ms | acceptance length | per position % |",
+        "|---|---|---|---|---|---|---|---|"]
+open(sys.argv[3], "w").write("\n".join(head + rows) + "\n")
+print("\n".join(head + rows))
+EOF
+}
+
 case $STEP in
-  setup|serve|datagen|gate|hang) ;;
-  *) echo "usage: gpu_sglang.sh RESULTS setup|serve|datagen|gate|hang" >&2; exit 2 ;;
+  setup|serve|datagen|gate|hang|e2e|vllm-bench|compare) ;;
+  *) echo "usage: gpu_sglang.sh RESULTS setup|serve|datagen|gate|hang|e2e|vllm-bench|compare" >&2; exit 2 ;;
 esac
 t0=$(date +%s.%N)
-"$STEP"
+"${STEP//-/_}"
 rc=$?
 event "\"rc\": $rc, \"seconds\": $(since "$t0"), \"gpu_mib_after\": $(gpu_mib)"
 exit $rc
