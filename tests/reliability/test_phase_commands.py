@@ -23,6 +23,7 @@ from tests.reliability.standins import records, standin_config, write_extract_in
 pytestmark = pytest.mark.timeout(120)
 
 EAGLE3 = str(Path(sys.executable).parent / "eagle3")
+FIXTURE_DRAFTER = Path(__file__).resolve().parents[1] / "fixtures" / "eagle3-tiny" / "drafter-trained"
 STAMPED = re.compile(r"^\d\d:\d\d:\d\d (\w+): (.*)$")
 
 
@@ -32,10 +33,8 @@ def test_a_phase_command_off_a_terminal_prints_lines_and_heartbeats(tmp_path, co
     8 s) is never silent for longer than the interval (1 s here, 30 s by default)."""
     server = {"server": {"startup_timeout_s": 8, "hang_timeout_s": 60}}
     overrides = {"datagen": server, "extract": server, "bench": dict(server)}
-    if command == "bench":  # a drafter dir of its own: the train phase's output is not needed
-        (tmp_path / "drafter").mkdir()
-        (tmp_path / "drafter" / "config.json").write_text("{}")
-        overrides["bench"].update(drafter=str(tmp_path / "drafter"), drafter_trained=False)
+    if command == "bench":  # a drafter of its own (one vLLM loads: it is gated before any server)
+        overrides["bench"].update(drafter=str(FIXTURE_DRAFTER), drafter_trained=False)
     cfg = standin_config(tmp_path, env={"STANDIN_MODE": "never-200"}, overrides=overrides)
     if command == "extract":
         write_extract_inputs(cfg)
