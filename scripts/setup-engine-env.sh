@@ -24,14 +24,15 @@ say() { printf '[engine-env] %s\n' "$*"; }
 # A console script's #! names the interpreter path pip (or this script) was run with. A venv used
 # through a link (the CI cache: .venv-engine -> ~/.cache/eagle3/venv-engine) would name the link of
 # whichever clone built it, and every script breaks once that clone is gone. Scripts name the venv's
-# own real interpreter; ones that name another are repaired in place (no rebuild).
+# own real interpreter; ones that name another are repaired in place (no rebuild). Any python of the
+# venv's own real bin/ is its own (the pip scripts that `python -m venv` writes name bin/python3).
 repair_scripts() {
   local real f first
   real="$(cd "$VENV" && pwd -P)/bin/python"
   for f in "$VENV"/bin/*; do
     [[ -f "$f" && ! -L "$f" ]] || continue
     IFS= read -r first < "$f" 2>/dev/null || continue
-    if [[ "$first" == '#!'*/bin/python* && "$first" != "#!$real" ]]; then
+    if [[ "$first" == '#!'*/bin/python* && "${first%/python*}" != "#!${real%/python}" ]]; then
       sed -i "1s|.*|#!$real|" "$f"
       say "repaired $(basename "$f"): it named ${first#\#!}"
     fi

@@ -83,3 +83,22 @@ def test_console_scripts_that_name_another_clone_s_link_are_repaired(tmp_path):
     assert subprocess.run([str(link / "bin" / "vllm")], capture_output=True, text=True).stdout == "ran\n"
     rc, text, _ = run_script(tmp_path, "--repair-scripts", str(link))
     assert rc == 0 and "repaired" not in text, "a second pass has nothing to do"
+
+
+def test_scripts_that_name_a_python_of_the_venv_itself_are_left_alone(tmp_path):
+    """A venv made in the checkout (a newcomer's `make test`, no cache link): `python -m venv` writes
+    its pip scripts with `#!<venv>/bin/python3`. That is the venv's own interpreter; rewriting it made
+    every rerun "repair" pip again, so the no-op rerun was not one (found by a cache-free clone)."""
+    import os
+    import sys
+
+    venv = tmp_path / ".venv-engine"
+    (venv / "bin").mkdir(parents=True)
+    os.symlink(sys.executable, venv / "bin" / "python")
+    os.symlink("python", venv / "bin" / "python3")
+    for name, interp in (("pip", "python3"), ("pip3.11", "python3"), ("vllm", "python")):
+        (venv / "bin" / name).write_text(f"#!{venv.resolve()}/bin/{interp}\nprint('ran')\n")
+    before = {f.name: f.read_text() for f in (venv / "bin").iterdir() if not f.is_symlink()}
+    rc, text, _ = run_script(tmp_path, "--repair-scripts", str(venv))
+    assert rc == 0 and "repaired" not in text, text
+    assert {f.name: f.read_text() for f in (venv / "bin").iterdir() if not f.is_symlink()} == before
