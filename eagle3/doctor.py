@@ -254,15 +254,17 @@ def check_shm(cfg: PipelineConfig, shm_dir: Path | None = None) -> Check:
 
 def check_drafter(cfg: PipelineConfig) -> Check | None:
     """The drafter the benchmark will serve: bench.drafter if set, else the train phase's (once trained)."""
-    from .drafters.loadable import check_drafter as gate
+    from .bench.inputs import drafter_gate
 
     if cfg.bench.drafter is not None:
-        path, ids, source = str(cfg.bench.drafter), None, "bench.drafter"
+        drafter = {"path": str(cfg.bench.drafter), "source": "bench.drafter"}
     elif manifest := read_json(cfg.layout.train_manifest):
-        path, ids, source = manifest["checkpoint"], manifest.get("aux_layer_ids_vllm"), "train manifest"
+        drafter = {"path": manifest["checkpoint"], "aux_layer_ids_vllm": manifest.get("aux_layer_ids_vllm"),
+                   "source": "train manifest"}
     else:
         return None
-    report = gate(path, cfg.bench.engine, target=cfg.target.model, expected_aux_ids=ids)
+    report, source = drafter_gate(cfg, drafter)
+    path, ids = drafter["path"], drafter.get("aux_layer_ids_vllm")
     if not report.ok:
         return Check("drafter-gate", FAIL, f"{source} {path}: " + "; ".join(f"{p.where}: {p.message}"
                                                                              for p in report.problems),

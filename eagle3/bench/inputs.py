@@ -42,17 +42,23 @@ def resolve_drafter(cfg: PipelineConfig) -> dict:
             "data": m.get("data")}
 
 
+def drafter_gate(cfg: PipelineConfig, drafter: dict):
+    """The checkpoint gate of `drafter` (resolve_drafter's answer) for bench.engine, and where it came
+    from ("bench.drafter" or "train manifest"). Used before the benchmark's first server and by the doctor."""
+    report = check_drafter(drafter["path"], cfg.bench.engine, target=cfg.target.model,
+                           expected_aux_ids=drafter.get("aux_layer_ids_vllm"))
+    return report, drafter["source"].split(" (")[0]
+
+
 def refuse_unloadable(cfg: PipelineConfig, drafter: dict) -> None:
     """F7 before any server starts: a drafter bench.engine would load with weights dropped or
     mis-read (SGLang skips unmatched tensor names without a word) is refused here, not measured as a
     bad drafter after the baseline has run. The train phase gates its own drafter; bench.drafter is
     whatever the user points at, and this is where it is gated."""
-    engine = cfg.bench.engine
-    report = check_drafter(drafter["path"], engine, target=cfg.target.model,
-                           expected_aux_ids=drafter.get("aux_layer_ids_vllm"))
+    report, where = drafter_gate(cfg, drafter)
     if report.ok:
         return
-    where = "bench.drafter" if drafter["source"].startswith("bench.drafter") else drafter["source"]
+    engine = cfg.bench.engine
     problems = "\n".join(f"  - {p.where}: {p.message}" for p in report.problems)
     raise GateError(f"{where}: {drafter['path']} is not loadable as trained by {engine} (F7: {engine} would serve "
                     f"it with weights dropped or misread); no server was started:\n{problems}")
