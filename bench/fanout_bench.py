@@ -66,7 +66,7 @@ def own_nodes(home: Path, pools: list[str], started: list) -> str:
     """A `prefect server` on a free port, the pools (process, limit 1) and a worker each, as two nodes."""
     import httpx
 
-    from tests.conftest import free_port
+    from tests.ports import free_port
 
     url = f"http://127.0.0.1:{free_port()}/api"
     env = _clean_env() | {"PREFECT_HOME": str(home), "PREFECT_API_URL": url, "PREFECT_SERVER_ANALYTICS_ENABLED": "false",

@@ -32,6 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests" / "flows"))
 sys.path.insert(0, str(REPO))
 import noop_phases  # noqa: E402
+from tests.ports import free_port  # noqa: E402
 
 os.environ.update(noop_phases.overrides_env())  # before eagle3.pipeline is imported
 BUDGET_S = 5.0
@@ -40,7 +41,7 @@ BUDGET_S = 5.0
 def start_server(home: Path) -> tuple[subprocess.Popen, str, float]:
     import httpx
 
-    port = noop_phases.free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}/api"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     env |= {"PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_UI_ENABLED": "false"}

@@ -17,7 +17,8 @@ from eagle3.engines.metrics import acceptance, scrape_vllm
 from eagle3.engines.serving import api_key, base_url, start_server
 from eagle3.process.services import Supervisor, state_dir_for
 from eagle3.prompts import load_prompts
-from tests.conftest import free_port, write_tiny_config
+from tests.conftest import write_tiny_config
+from tests.ports import free_port
 FIX = REPO / "tests" / "fixtures" / "eagle3-tiny"
 SMOKE = "--smoke" in sys.argv[2:]
 cfg = write_tiny_config(Path(sys.argv[1]), {"target": {"model": str(FIX / "target")}, "bench": {"server": {"port": free_port()}}})

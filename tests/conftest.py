@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-import socket
 import sys
 import tempfile
 import time
@@ -14,6 +13,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from tests.ports import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -208,12 +209,6 @@ def make_config(tmp_path):
 
     return _make
 
-
-def free_port() -> int:
-    """A port nothing listens on now; parallel sessions must not all take the config's fixed ports."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # The shared server demands a key like every server the pack starts; tests that use it as an

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -57,11 +56,6 @@ def wait_until(cond, timeout: float = 10.0, what: str = "condition", step: float
         time.sleep(step)
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def gone(pid: int) -> bool:

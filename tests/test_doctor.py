@@ -60,7 +60,7 @@ def test_disk_limit_too_small_fails(make_config, tiny_model):
 
 
 def test_busy_port_fails(make_config, tiny_model):
-    from tests.conftest import free_port
+    from tests.ports import free_port
 
     cfg = make_config({"bench": {"server": {"port": free_port()}}, "datagen": {"server": {"port": free_port()}},
                        "extract": {"server": {"port": free_port()}}})
@@ -76,7 +76,7 @@ def test_busy_port_fails(make_config, tiny_model):
 def test_port_check_names_listeners_and_tells_own_leftovers_from_foreign(make_config, spawner, tmp_path):
     from eagle3.process import procfs
     from eagle3.process.services import LaunchSpec, Supervisor, state_dir_for
-    from tests.conftest import free_port
+    from tests.ports import free_port
     from tests.procutil import LISTEN, PY, wait_until
 
     cfg = make_config({"bench": {"server": {"port": free_port()}}, "datagen": {"server": {"port": free_port()}},

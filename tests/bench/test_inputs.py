@@ -18,7 +18,8 @@ from eagle3.errors import GateError
 from eagle3.phases.bench import run_bench
 from eagle3.pipeline import supervisor
 
-from tests.conftest import REPO, free_port
+from tests.conftest import REPO
+from tests.ports import free_port
 
 FIXTURE = REPO / "tests" / "fixtures" / "eagle3-tiny"
 FAKE_SGLANG = REPO / "tests" / "engines" / "fake_sglang"

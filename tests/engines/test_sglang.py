@@ -18,7 +18,7 @@ from eagle3.engines.serving import api_key, start_server
 from eagle3.errors import ServiceStartTimeout
 from eagle3.process.services import LAUNCH_MARKER, Supervisor, state_dir_for
 
-from tests.conftest import free_port
+from tests.ports import free_port
 
 FAKE = Path(__file__).parent / "fake_sglang"
 SPEC_FLAGS = ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/drafters/d1",

@@ -25,6 +25,7 @@ from flowkit import (POOL, REPO, PREFECT, PrefectServer, base_env, end_session_l
                      stop_group, wait_until)
 
 from eagle3.process import procfs  # noqa: E402
+from tests.ports import free_port  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -33,7 +34,7 @@ def prefect_server(tmp_path_factory):
                                   temporary_settings)
 
     home = tmp_path_factory.mktemp("prefect-home")
-    port = noop_phases.free_port()
+    port = free_port()
     api_url = f"http://127.0.0.1:{port}/api"
     env = base_env() | {
         "PREFECT_HOME": str(home),

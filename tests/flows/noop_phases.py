@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
 import time
 from dataclasses import replace
@@ -51,16 +50,13 @@ def overrides_env() -> dict[str, str]:
     return {TABLE_ENV: "noop_phases:TABLE", "PYTHONPATH": path}
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def write_noop_config(directory: Path, name: str = "noop", knobs: dict | None = None) -> Path:
     """A variant of configs/tiny-cpu.yaml that passes every file check without engines: a stub model
     dir, this interpreter as the engine python, free ports, and a private shm dir for the handoff (the
     machine's /dev/shm is not the test's to purge). Returns the config path; run_dir is directory/run."""
+    from tests.ports import free_port  # here: workers import this module without the repo root on sys.path
+
     directory = Path(directory).resolve()
     directory.mkdir(parents=True, exist_ok=True)
     raw = yaml.safe_load(TINY_CONFIG.read_text())

@@ -16,7 +16,8 @@ import pytest
 import standin_phase
 import yaml
 from flowkit import PHASES, base_env, config, end_session_leftovers, params, task_runs
-from noop_phases import counts, free_port
+from noop_phases import counts
+from tests.ports import free_port
 
 from eagle3 import phase_table
 from eagle3.process import procfs

@@ -20,7 +20,8 @@ from flowkit import run_artifacts
 
 from eagle3.bench.watch import read_history
 from eagle3.fsio import atomic_write_json
-from tests.conftest import free_port, requires_engine, write_tiny_config
+from tests.conftest import requires_engine, write_tiny_config
+from tests.ports import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.engine, requires_engine, pytest.mark.timeout(900)]
 

@@ -9,7 +9,8 @@ import sys
 import pytest
 
 from eagle3.process import procfs
-from tests.procutil import LISTEN, Spawner, free_port
+from tests.procutil import LISTEN, Spawner
+from tests.ports import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

@@ -25,7 +25,8 @@ from flowkit import (BENCHMARK, PIPELINE, PREFECT, REPO, client, config, params,
                      run_logs, submit, task_runs, wait_final, wait_until)
 from noop_phases import counts
 
-from tests.conftest import free_port, requires_engine, write_tiny_config
+from tests.conftest import requires_engine, write_tiny_config
+from tests.ports import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ from eagle3.handoff.gpus import gpu_sampler
 from eagle3.handoff.core import run_handoff
 from eagle3.handoff.view import to_markdown
 from eagle3.process.services import LaunchSpec, LogProbe, Supervisor, state_dir_for
+from tests.ports import free_port
 from tests.gpu.test_handoff_gpu import GPUS, HERE, THRESHOLD, nv, record, settings, used, wait_until  # noqa: F401
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(300),
@@ -145,11 +145,6 @@ def test_cuda_service_that_survives_sigkill_is_named_with_state_and_gpu(tmp_path
     sup.sweep(1.0)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 @pytest.mark.skipif(GPUS < 2, reason="needs 2 GPUs")
 def test_nccl_deadlock_is_declared_hung_whatever_the_utilisation(tmp_path, nv, idle, gsup):
@@ -159,7 +154,7 @@ def test_nccl_deadlock_is_declared_hung_whatever_the_utilisation(tmp_path, nv, i
     gpus = list(range(GPUS))
     log = tmp_path / "nccl.log"
     proc = gsup.launch(LaunchSpec(name="nccl", argv=[sys.executable, str(HERE / "nccl_ranks.py"), "launcher",
-                                                     str(_free_port()), str(GPUS), "wait"],
+                                                     str(free_port()), str(GPUS), "wait"],
                                   log=log, gpus=gpus, hang_timeout_s=HANG_S, stop_grace_s=3.0))
     t0 = time.monotonic()
     with pytest.raises(ServiceHung) as err:

@@ -21,7 +21,8 @@ from eagle3.handoff.core import handoff_for_config, ports_for, run_handoff
 from eagle3.handoff.view import summary_line, to_markdown, to_text
 from eagle3.process.services import Entry, LaunchSpec, Registry, Supervisor, state_dir_for
 from tests.fakegpu import FakeGpuBackend
-from tests.procutil import HOLD, LISTEN, PY, SLEEP, free_port, gone, holds, wait_until
+from tests.procutil import HOLD, LISTEN, PY, SLEEP, gone, holds, wait_until
+from tests.ports import free_port
 
 pytestmark = pytest.mark.timeout(60)
 

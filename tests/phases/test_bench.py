@@ -181,7 +181,8 @@ def random_drafter(comparison_target):
 
 
 def _bench_config(tmp_path, target: Path, drafter: Path, trained: bool, ks, concurrency, **bench):
-    from tests.conftest import free_port, write_tiny_config
+    from tests.conftest import write_tiny_config
+    from tests.ports import free_port
 
     overrides = {"target": {"model": str(target)},
                  "bench": {"server": {"port": free_port()}, "drafter": str(drafter), "drafter_trained": trained,

@@ -25,7 +25,8 @@ import pytest
 
 from eagle3.errors import GateError
 from eagle3.phases.bench import BenchPaths, run_bench
-from tests.conftest import free_port, requires_engine, write_tiny_config
+from tests.conftest import requires_engine, write_tiny_config
+from tests.ports import free_port
 from tests.drafter_variants import corrupt_vocab_map
 
 REPO = Path(__file__).resolve().parents[2]

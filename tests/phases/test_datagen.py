@@ -238,7 +238,7 @@ def test_rejected_prompt_logged_not_retried_and_gated(vllm_server, make_config, 
 @pytest.mark.slow
 @pytest.mark.engine
 def test_server_killed_mid_run_fails_retryable_then_rerun_completes(tiny_model, make_config):
-    from tests.conftest import free_port
+    from tests.ports import free_port
 
     from eagle3.process import procfs
     from eagle3.pipeline import supervisor

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -24,6 +23,7 @@ from eagle3.phases.extract_disk import DiskSpaceError, check_disk, exact_estimat
 from eagle3.phases.extract_manifest import ManifestError, read_extract_manifest, resolve_layer_plan
 from eagle3.pipeline import state_dir, supervisor
 from eagle3.process.services import LaunchSpec, Supervisor
+from tests.ports import free_port
 from tests.reliability.standins import mark_done
 
 REPO = Path(__file__).resolve().parents[2]
@@ -34,11 +34,6 @@ CHECK_SCRIPT = Path(__file__).with_name("engine_check_extract.py")
 TOPICS = ["binary search", "hash maps", "garbage collection", "TCP handshakes", "the CAP theorem", "B-trees",
           "mutexes", "DNS", "virtual memory", "bloom filters", "consistent hashing", "quicksort"]
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def write_phase1(cfg, n: int) -> Path:

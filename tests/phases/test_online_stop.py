@@ -27,7 +27,7 @@ from eagle3.errors import CommandFailed, ServiceExited
 from eagle3.phases import train_online
 from eagle3.phases.train import TrainingStopped
 from eagle3.process.services import Supervisor, state_dir_for
-from tests.procutil import free_port
+from tests.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 STANDIN = REPO / "tests" / "gpu" / "hs_endpoint.py"

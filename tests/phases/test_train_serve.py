@@ -26,7 +26,8 @@ from eagle3.phases.extract import run_extract
 from eagle3.phases.train import TrainPaths, read_train_manifest, run_train
 from eagle3.prompts import load_prompts
 from eagle3.process.services import Supervisor, state_dir_for
-from tests.conftest import free_port, requires_engine, write_tiny_config
+from tests.conftest import requires_engine, write_tiny_config
+from tests.ports import free_port
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "eagle3-tiny"
 # Rows 12-19 of the prompt set: beyond the 12 this test's phase 1 uses, but among the 64 the fixture

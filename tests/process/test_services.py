@@ -22,7 +22,8 @@ from eagle3.handoff.gpus import gpu_sampler
 from eagle3.process.services import (OWNER_ENV, SERVICE_ENV, Entry, HttpProbe, LaunchSpec, LogProbe, Registry, Supervisor, Watchdog, state_dir_for)
 from eagle3.handoff.systemd import stop_units
 from tests.fakegpu import FakeGpuBackend
-from tests.procutil import DEAF, HOLD, PY, SLEEP, free_port, gone, wait_until
+from tests.procutil import DEAF, HOLD, PY, SLEEP, gone, wait_until
+from tests.ports import free_port
 
 pytestmark = pytest.mark.timeout(60)
 

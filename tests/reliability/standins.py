@@ -15,7 +15,8 @@ from pathlib import Path
 
 from eagle3.process import procfs
 from eagle3.phase_table import TABLE_ENV
-from tests.conftest import free_port, write_tiny_config
+from tests.conftest import write_tiny_config
+from tests.ports import free_port
 
 HERE = Path(__file__).resolve().parent
 STANDIN = HERE / "standin_engine.py"

@@ -37,7 +37,8 @@ from eagle3.pipeline import done_marker, supervisor
 from eagle3.process.services import LaunchSpec, Supervisor, state_dir_for
 from tests.conftest import REPO
 from tests.fakegpu import FakeGpuBackend
-from tests.procutil import LISTEN, PY, SLEEP, free_port, wait_until
+from tests.procutil import LISTEN, PY, SLEEP, wait_until
+from tests.ports import free_port
 from tests.reliability.conftest import fill
 from tests.reliability.standins import (HERE, assert_nothing_left, eagle3_run_env, live, pythonpath_with, records,
                                         standin_config, write_extract_inputs)

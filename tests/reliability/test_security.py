@@ -25,7 +25,8 @@ from eagle3.engines import benchclient, sglang, spec_decode as speculative, spec
 from eagle3.engines.serving import KEY_PURPOSE, api_key, base_url
 from eagle3.errors import ConfigError
 from eagle3.process.services import LaunchSpec, Supervisor, state_dir_for
-from tests.conftest import TINY_CONFIG, free_port, requires_engine, tiny_raw_config
+from tests.conftest import TINY_CONFIG, requires_engine, tiny_raw_config
+from tests.ports import free_port
 from tests.reliability.standins import fake_engine_venv, records, stub_model
 
 # ---- the schema walk -------------------------------------------------------------------------------

@@ -21,7 +21,8 @@ from eagle3.process.lease import lease_holder
 from eagle3.pipeline import done_marker, run_phase, state_dir, supervisor
 from eagle3.process.services import Registry, state_dir_for
 from tests.flows.flowkit import processes_with_home
-from tests.conftest import REPO, free_port, requires_engine, write_tiny_config
+from tests.conftest import REPO, requires_engine, write_tiny_config
+from tests.ports import free_port
 from tests.procutil import wait_until
 from tests.reliability.standins import (assert_nothing_left, eagle3_run_env, live, standin_config, stub_model,
                                         write_extract_inputs)
