@@ -210,7 +210,6 @@ def make_config(tmp_path):
     return _make
 
 
-
 # The shared server demands a key like every server the pack starts; tests that use it as an
 # external server (--base-url) configure this one, as a user configures their server's key.
 SHARED_SERVER_KEY = f"sk-eagle3-tests-{os.urandom(8).hex()}"

@@ -57,7 +57,6 @@ def wait_until(cond, timeout: float = 10.0, what: str = "condition", step: float
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
-
 def gone(pid: int) -> bool:
     return not procfs.alive(pid)
 

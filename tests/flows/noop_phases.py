@@ -50,7 +50,6 @@ def overrides_env() -> dict[str, str]:
     return {TABLE_ENV: "noop_phases:TABLE", "PYTHONPATH": path}
 
 
-
 def write_noop_config(directory: Path, name: str = "noop", knobs: dict | None = None) -> Path:
     """A variant of configs/tiny-cpu.yaml that passes every file check without engines: a stub model
     dir, this interpreter as the engine python, free ports, and a private shm dir for the handoff (the

@@ -145,7 +145,6 @@ def test_cuda_service_that_survives_sigkill_is_named_with_state_and_gpu(tmp_path
     sup.sweep(1.0)
 
 
-
 @pytest.mark.skipif(GPUS < 2, reason="needs 2 GPUs")
 def test_nccl_deadlock_is_declared_hung_whatever_the_utilisation(tmp_path, nv, idle, gsup):
     """The drill's deadlocked group as a service that never gets ready: rank 0 spins in an all-reduce

@@ -35,7 +35,6 @@ TOPICS = ["binary search", "hash maps", "garbage collection", "TCP handshakes", 
           "mutexes", "DNS", "virtual memory", "bloom filters", "consistent hashing", "quicksort"]
 
 
-
 def write_phase1(cfg, n: int) -> Path:
     """Rows as eagle3.phases.datagen.sample_row writes them; one conversation has two assistant
     turns (prepare-data emits one row per assistant turn)."""
