@@ -12,7 +12,8 @@ from typing import Callable
 from .. import progress
 from ..config import PipelineConfig
 from ..engines import benchclient, loadgen
-from ..engines.metrics import SpecCounters, Traffic, acceptance, engine_version, scrape_vllm_all, sglang_accept_length
+from ..engines.metrics import (MetricsError, SpecCounters, Traffic, acceptance, engine_version,
+                              scrape_sglang_all, scrape_vllm_all, sglang_accept_length)
 from ..engines.serving import api_key, base_url, start_server
 from ..engines.spec_decode import acceptance_source, spec_args
 from ..errors import CommandFailed, ConfigError, TransientError
@@ -30,15 +31,19 @@ def _headers(cfg: PipelineConfig) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"} if key else {}
 
 
-def _snapshot(cfg: PipelineConfig, url: str, k: int) -> tuple[SpecCounters | None, Traffic | None]:
-    """vLLM: (spec-decode counters or None for the baseline, traffic counters). SGLang: (None, None)."""
-    if cfg.bench.engine != "vllm":
-        return None, None
-    spec, traffic = scrape_vllm_all(url, cfg.target.served_name, _headers(cfg))
+def _snapshot(cfg: PipelineConfig, url: str, k: int, before: bool = True) -> tuple[SpecCounters | None, Traffic]:
+    """(spec-decode counters, or None for the baseline; traffic counters), from the server's /metrics."""
+    if cfg.bench.engine == "vllm":
+        spec, traffic = scrape_vllm_all(url, cfg.target.served_name, _headers(cfg))
+    else:
+        spec, traffic = scrape_sglang_all(url, k, cfg.target.served_name, _headers(cfg))
+        if k and spec is None and before:
+            spec = SpecCounters()  # SGLang's series appear with the first verify step it counts
     if k and spec is None:
         # The drafter is configured, yet the server counts no speculation: it is not speculating.
-        raise ConfigError(f"{url}/metrics has no vllm:spec_decode_* counters although the server was started with "
-                          "a speculative config; check the server log for how it parsed --speculative-config")
+        raise ConfigError(f"{url}/metrics has no spec-decode counters although the server was started with a "
+                          f"drafter ({' '.join(spec_args(cfg.bench.engine, Path('DRAFTER'), k))}); check the server "
+                          "log for how it took those flags")
     return spec, traffic
 
 
@@ -127,7 +132,7 @@ def _measure_window(cfg: PipelineConfig, client, proc: Process, paths: BenchPath
         started = time.time()
         load = _run_client(cfg, client, proc, paths, url, label, c, dataset, num_prompts, tag)
         proc.check_alive()
-        after, traffic_after = _snapshot(cfg, url, k)
+        after, traffic_after = _snapshot(cfg, url, k, before=False)
         w = {"concurrency": c, "started_at": started, "finished_at": time.time(), "attempt": attempt,
              "discarded_attempts": discarded, "load": load.to_dict(), "client_spec": load.client_spec,
              "counters_before": None, "counters_after": None, "delta": None, "acceptance": None,
@@ -144,10 +149,13 @@ def _measure_window(cfg: PipelineConfig, client, proc: Process, paths: BenchPath
         if after is not None:
             delta = after - before
             w.update(counters_before=before.to_dict(), counters_after=after.to_dict(), delta=delta.to_dict(),
-                     acceptance=acceptance(delta).to_dict())
-        elif cfg.bench.engine == "sglang" and k:
-            w["acceptance"] = {"acceptance_length": sglang_accept_length(url, _headers(cfg)), "acceptance_rate": None,
-                               "per_position": [], "source": acceptance_source("sglang")}
+                     acceptance=acceptance(delta, acceptance_source(cfg.bench.engine)).to_dict())
+        if cfg.bench.engine == "sglang" and k:  # SGLang's own since-start average, a cross-check only
+            try:
+                w["server_avg_accept_length_since_start"] = sglang_accept_length(url, _headers(cfg))
+            except MetricsError as e:
+                w["server_avg_accept_length_since_start"] = None
+                log.warning("bench %s c=%d: %s (the window's acceptance comes from /metrics)", label, c, e)
         return w
     raise TransientError(f"bench {label}, concurrency {c}: {WINDOW_ATTEMPTS} windows in a row held other requests "
                          f"than the load generator's ({'; '.join(discarded)}): something else is sending requests to "
@@ -193,13 +201,13 @@ def measure_server(cfg: PipelineConfig, sup: Supervisor, label: str, k: int, dra
             record["probes"].append({"name": p["name"], "kind": p["kind"], "count": p["count"], "ids": p["ids"],
                                      "window": _measure_window(cfg, client, proc, paths, url, label, k, c,
                                                                p["dataset"], p["count"], tag=f"-{p['slug']}")})
-        at_stop, traffic_at_stop = _snapshot(cfg, url, k)
+        at_stop, traffic_at_stop = _snapshot(cfg, url, k, before=False)
         record["counters_at_ready"] = at_ready.to_dict() if at_ready else None
         record["counters_at_stop"] = at_stop.to_dict() if at_stop else None
         record["traffic_at_ready"] = traffic_at_ready.to_dict() if traffic_at_ready else None
         record["traffic_at_stop"] = traffic_at_stop.to_dict() if traffic_at_stop else None
         if b.engine == "sglang" and k:
-            record["accept_length_final"] = windows[-1]["acceptance"]["acceptance_length"]
+            record["accept_length_final"] = windows[-1]["server_avg_accept_length_since_start"]
         proc.check_alive()
     finally:
         client.stop()

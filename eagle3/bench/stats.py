@@ -9,6 +9,7 @@ Inputs are the JSON-ready server runs the bench phase records (see eagle3/phases
 from __future__ import annotations
 
 from ..engines.metrics import SpecCounters, acceptance
+from ..engines.spec_decode import acceptance_source
 
 # What makes a trained drafter's acceptance collapse (docs/FACTS.md §2, §7, §8 F4/F7).
 LIKELY_CAUSES = [
@@ -37,7 +38,7 @@ SLOWER_CAUSES = [
 ]
 
 
-def _pool(windows: list[dict]) -> dict | None:
+def _pool(windows: list[dict], engine: str) -> dict | None:
     """Acceptance over all measured windows of one server: summed counter deltas, formulas re-applied."""
     deltas = [SpecCounters.from_dict(w["delta"]) for w in windows if w.get("delta")]
     if not deltas:
@@ -45,17 +46,18 @@ def _pool(windows: list[dict]) -> dict | None:
     total = deltas[0]
     for d in deltas[1:]:
         total = total + d
-    return acceptance(total).to_dict()
+    return acceptance(total, acceptance_source(engine)).to_dict()
 
 
 def pooled_acceptance(run: dict, engine: str) -> dict | None:
     if run["k"] == 0:
         return None
-    if engine == "sglang":
-        final = run.get("accept_length_final")
-        return None if final is None else {"acceptance_length": final, "acceptance_rate": None, "per_position": [],
-                                           "source": "sglang /server_info avg_spec_accept_length at the end"}
-    return _pool(run["windows"])
+    pooled = _pool(run["windows"], engine)
+    final = run.get("accept_length_final")
+    if pooled is None and engine == "sglang" and final is not None:  # a record from before SGLang's counters
+        return {"acceptance_length": final, "acceptance_rate": None, "per_position": [],
+                "source": "sglang /server_info avg_spec_accept_length at the end"}
+    return pooled
 
 
 def table(runs: list[dict]) -> list[dict]:

@@ -145,7 +145,9 @@ def sglang_argv(env: EngineEnv, s: LoadSpec) -> list[str]:
             "--dataset-name", "sharegpt", "--dataset-path", str(s.dataset),
             "--sharegpt-output-len", str(s.max_tokens), "--num-prompts", str(s.num_prompts),
             "--max-concurrency", str(s.concurrency), "--request-rate", "inf",
-            "--extra-request-body", json.dumps({"temperature": s.temperature}),
+            # With usage in the stream, its token counts are the server's own (else it counts max_tokens
+            # per request), so the window's counts can be matched against the server's counters.
+            "--extra-request-body", json.dumps({"temperature": s.temperature, "stream_options": {"include_usage": True}}),
             "--warmup-requests", "0", "--seed", str(s.seed), "--output-file", str(s.result_file)]
     # bench_serving ignores EOS unless told otherwise; vLLM's client is the other way round.
     return argv + ([] if s.ignore_eos else ["--disable-ignore-eos"])

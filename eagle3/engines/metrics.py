@@ -12,8 +12,16 @@ A measurement is the difference of two snapshots taken around a window; with sev
   mean acceptance length   = 1 + accepted / drafts      (the 1 is the bonus token of each step)
   per-position rate[i]     = accepted_per_pos[i] / drafts
 
-SGLang keeps no such counters; its /server_info reports `avg_spec_accept_length`, an average since
-the server started (including warm-up), so it is only meaningful on a fresh server.
+SGLang (with --enable-metrics, which the adapter always passes) counts per finished request, labels
+`model_name`: sglang:num_requests_total, sglang:generation_tokens_total (completion tokens) and
+sglang:spec_verify_calls_total (verify steps). A request's completion is its prefill's token plus,
+per verify step, the accepted drafts and one bonus token, so over a window
+  drafts   = verify calls
+  accepted = generation tokens - requests - verify calls
+and the formulas above give vLLM's definitions (SGLang's own "accept length", completion tokens /
+verify calls, also counts the prefill's token: higher by about 1/verify calls per request). SGLang
+counts no acceptance per position. Its /server_info `avg_spec_accept_length` is an average since the
+server started (warm-up included), kept only as a cross-check.
 """
 
 from __future__ import annotations
@@ -31,6 +39,10 @@ DRAFTS = PREFIX + "num_drafts_total"
 DRAFT_TOKENS = PREFIX + "num_draft_tokens_total"
 ACCEPTED = PREFIX + "num_accepted_tokens_total"
 ACCEPTED_PER_POS = PREFIX + "num_accepted_tokens_per_pos_total"
+SGLANG_REQUESTS = "sglang:num_requests_total"
+SGLANG_PROMPT_TOKENS = "sglang:prompt_tokens_total"
+SGLANG_GENERATION_TOKENS = "sglang:generation_tokens_total"
+SGLANG_VERIFY_CALLS = "sglang:spec_verify_calls_total"
 
 
 
@@ -158,14 +170,13 @@ class Traffic:
     prompt_tokens: int = 0       # vllm:prompt_tokens_total
     generation_tokens: int = 0   # vllm:generation_tokens_total
 
+    NAMES = {"vllm": ("vllm:request_success_total", "vllm:prompt_tokens_total", "vllm:generation_tokens_total"),
+             "sglang": (SGLANG_REQUESTS, SGLANG_PROMPT_TOKENS, SGLANG_GENERATION_TOKENS)}
+
     @classmethod
-    def from_samples(cls, samples: list[Sample], model_name: str | None = None) -> "Traffic":
-        totals = {"vllm:request_success_total": 0.0, "vllm:prompt_tokens_total": 0.0,
-                  "vllm:generation_tokens_total": 0.0}
-        for s in samples:
-            if s.name in totals and (model_name is None or s.labels.get("model_name", model_name) == model_name):
-                totals[s.name] += s.value
-        return cls(*(int(v) for v in totals.values()))
+    def from_samples(cls, samples: list[Sample], model_name: str | None = None, engine: str = "vllm") -> "Traffic":
+        totals = _sums(samples, cls.NAMES[engine], model_name)
+        return cls(*(int(totals[n]) for n in cls.NAMES[engine]))
 
     def __sub__(self, before: "Traffic") -> "Traffic":
         return Traffic(self.requests - before.requests, self.prompt_tokens - before.prompt_tokens,
@@ -177,6 +188,26 @@ class Traffic:
     @classmethod
     def from_dict(cls, d: dict) -> "Traffic":
         return cls(int(d["requests"]), int(d["prompt_tokens"]), int(d["generation_tokens"]))
+
+
+def _sums(samples: list[Sample], names: tuple[str, ...], model_name: str | None) -> dict[str, float]:
+    totals = dict.fromkeys(names, 0.0)
+    for s in samples:
+        if s.name in totals and (model_name is None or s.labels.get("model_name", model_name) == model_name):
+            totals[s.name] += s.value
+    return totals
+
+
+def sglang_spec_counters(samples: list[Sample], k: int, model_name: str | None = None) -> SpecCounters | None:
+    """SGLang's counters as vLLM's (module docstring); None before its first verify step is counted
+    (a server without a drafter never counts one)."""
+    if not any(s.name == SGLANG_VERIFY_CALLS and model_name in (None, s.labels.get("model_name", model_name))
+               for s in samples):
+        return None
+    t = _sums(samples, (SGLANG_REQUESTS, SGLANG_GENERATION_TOKENS, SGLANG_VERIFY_CALLS), model_name)
+    verify = int(t[SGLANG_VERIFY_CALLS])
+    return SpecCounters(drafts=verify, draft_tokens=verify * k,
+                        accepted=int(t[SGLANG_GENERATION_TOKENS]) - int(t[SGLANG_REQUESTS]) - verify)
 
 
 # ---- scraping ----------------------------------------------------------------------------------
@@ -202,6 +233,13 @@ def scrape_vllm_all(base_url: str, model_name: str | None = None, headers: dict[
     """Spec-decode counters (None without a drafter) and traffic counters from one /metrics read."""
     samples = parse_prometheus(_get(f"{base_url}/metrics", headers, timeout_s).text)
     return SpecCounters.from_samples(samples, model_name), Traffic.from_samples(samples, model_name)
+
+
+def scrape_sglang_all(base_url: str, k: int, model_name: str | None = None, headers: dict[str, str] | None = None,
+                      timeout_s: float = 10.0) -> tuple[SpecCounters | None, Traffic]:
+    """SGLang's spec-decode counters (None until it counted a verify step) and traffic counters."""
+    samples = parse_prometheus(_get(f"{base_url}/metrics", headers, timeout_s).text)
+    return sglang_spec_counters(samples, k, model_name), Traffic.from_samples(samples, model_name, "sglang")
 
 
 def sglang_accept_length(base_url: str, headers: dict[str, str] | None = None, timeout_s: float = 10.0) -> float | None:

@@ -24,7 +24,8 @@ def serve_argv(env: EngineEnv, target: Target, server: Server, extra: list[str] 
             "--host", server.host, "--port", str(server.port),
             "--context-length", str(target.max_model_len),
             "--dtype", target.dtype,
-            "--tp-size", str(target.tensor_parallel_size)]
+            "--tp-size", str(target.tensor_parallel_size),
+            "--enable-metrics"]  # the counters the benchmark's windows are measured by (engines/metrics.py)
     if target.trust_remote_code:
         argv.append("--trust-remote-code")
     return argv + list(extra) + list(server.extra_args)

@@ -23,5 +23,5 @@ def spec_args(engine: str, drafter: Path, k: int) -> list[str]:
 
 def acceptance_source(engine: str) -> str:
     return {"vllm": "vllm /metrics spec-decode counter deltas around the window",
-            "sglang": "sglang /server_info avg_spec_accept_length (average since the server started, incl. "
-                      "warm-up and earlier windows of the same server)"}[engine]
+            "sglang": "sglang /metrics counter deltas around the window (verify calls, generation tokens, requests; "
+                      "no per-position counts)"}[engine]

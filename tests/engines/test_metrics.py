@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from eagle3.engines.metrics import MetricsError, SpecCounters, acceptance, parse_prometheus
+from eagle3.engines.metrics import (MetricsError, SpecCounters, Traffic, acceptance, parse_prometheus,
+                                   sglang_spec_counters)
 
 # As vLLM 0.32 (CPU build) printed it for a k=3 server after 64 drafts (labels, HELP/TYPE lines,
 # the `_created` gauges that must not be counted), plus a second engine as with data parallelism.
@@ -93,3 +94,38 @@ def test_counter_going_backwards_is_a_restart():
 def test_round_trip_through_json_dict():
     c = SpecCounters.parse(REAL)
     assert SpecCounters.from_dict(c.to_dict()) == c
+
+
+# SGLang 0.5.16's names and labels (metrics_collector.py, tokenizer_manager.py): counted once per
+# finished request; 8 requests of 64 tokens from a k=3 server that took 160 verify steps.
+SGLANG = """\
+# HELP sglang:num_requests_total Number of requests processed.
+# TYPE sglang:num_requests_total counter
+sglang:num_requests_total{engine_type="unified",model_name="tiny-llama"} 8.0
+sglang:num_requests_created{engine_type="unified",model_name="tiny-llama"} 1.7960183030723166e+09
+sglang:prompt_tokens_total{engine_type="unified",model_name="tiny-llama"} 400.0
+sglang:generation_tokens_total{engine_type="unified",model_name="tiny-llama"} 512.0
+sglang:spec_verify_calls_total{engine_type="unified",model_name="tiny-llama"} 160.0
+sglang:spec_accept_length{engine_type="unified",model_name="tiny-llama",tp_rank="0"} 3.2
+"""
+
+
+def test_sglang_counters_give_vllm_s_definitions():
+    samples = parse_prometheus(SGLANG)
+    c = sglang_spec_counters(samples, k=3)
+    # Each request: 1 token from its prefill, then per verify step the accepted drafts + 1 bonus token.
+    assert c == SpecCounters(drafts=160, draft_tokens=480, accepted=512 - 8 - 160)
+    a = acceptance(c)
+    assert a.acceptance_length == pytest.approx(1 + 344 / 160) and a.acceptance_rate == pytest.approx(344 / 480)
+    assert a.per_position == []  # SGLang counts no position
+    assert Traffic.from_samples(samples, "tiny-llama", "sglang") == Traffic(requests=8, prompt_tokens=400,
+                                                                           generation_tokens=512)
+    assert sglang_spec_counters(samples, 3, model_name="tiny-llama") == c
+    assert sglang_spec_counters(samples, 3, model_name="other") is None
+
+
+def test_sglang_without_a_verify_step_has_no_spec_counters():
+    no_spec = "\n".join(ln for ln in SGLANG.splitlines() if "spec_verify" not in ln)
+    assert sglang_spec_counters(parse_prometheus(no_spec), k=3) is None
+    assert Traffic.from_samples(parse_prometheus(no_spec), engine="sglang").requests == 8
+    assert Traffic.from_samples(parse_prometheus(SGLANG)) == Traffic()  # vLLM's names are not SGLang's

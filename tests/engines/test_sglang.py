@@ -118,3 +118,44 @@ def test_stop_signals_the_leader_alone_so_sglang_shuts_down_as_designed(make_con
         assert outcome.seconds < 3 and "crashed" not in log and "Draining requests" in log
     else:  # what the pack did before: a crash in the log, five seconds more
         assert outcome.seconds >= 5 and "crashed with exit code -15" in log
+
+
+def test_benchmark_windows_are_measured_by_sglang_s_own_counters(make_config, tmp_path):
+    """SGLang's /server_info acceptance is an average since the server started, warm-up and earlier
+    windows included. The adapter starts SGLang with --enable-metrics (the stand-in serves /metrics
+    only then), and a window's acceptance is the difference of its counters (engines/metrics.py)."""
+    from eagle3.bench.measure import _snapshot
+    from eagle3.engines.benchclient import LoadSpec, sglang_argv
+    from eagle3.engines.metrics import SpecCounters, Traffic, acceptance
+    from eagle3.errors import ConfigError
+    from tests.engines.test_metrics import SGLANG
+
+    metrics = tmp_path / "metrics.txt"
+    metrics.write_text("\n".join(ln for ln in SGLANG.splitlines() if "spec_verify" not in ln) + "\n")
+    cfg = make_config({
+        "engines": {"sglang": {"python": sys.executable,
+                               "env": {"PYTHONPATH": str(FAKE), "FAKE_SGLANG_METRICS": str(metrics)}}},
+        "bench": {"engine": "sglang", "server": {"port": free_port(), "extra_args": []}},
+    }, check_files=False)
+    proc = start_server(Supervisor(state_dir_for(cfg.run_dir)), cfg, "bench", "sglang", cfg.bench.server)
+    try:
+        url = f"http://127.0.0.1:{cfg.bench.server.port}"
+        assert _snapshot(cfg, url, k=0)[0] is None  # a baseline server counts no verify step, and that is no error
+        before, traffic_before = _snapshot(cfg, url, k=3)  # no verify step counted yet: zeros
+        assert before == SpecCounters() and traffic_before.requests == 8
+        with pytest.raises(ConfigError, match="no spec-decode counters"):  # still none after a window
+            _snapshot(cfg, url, k=3, before=False)
+        metrics.write_text(SGLANG)
+        after, traffic_after = _snapshot(cfg, url, k=3, before=False)
+        window = acceptance(after - before)
+        assert window.acceptance_length == pytest.approx(1 + 344 / 160) and window.per_position == []
+        assert traffic_after - traffic_before == Traffic(0, 0, 0)
+    finally:
+        proc.stop()
+    # The load generator asks for usage in the stream: without it bench_serving counts max_tokens per
+    # request, and a window of requests ending at EOS would not match the server's token counter.
+    argv = sglang_argv(cfg.engines.sglang, LoadSpec(base_url=url, served_name="m", tokenizer=Path("/t"),
+                                                    dataset=Path("/d"), num_prompts=1, concurrency=1,
+                                                    max_tokens=8, temperature=0.0, ignore_eos=False,
+                                                    result_file=Path("/r")))
+    assert '"include_usage": true' in argv[argv.index("--extra-request-body") + 1]

@@ -3,6 +3,9 @@ unknown flag fails like the real parser does) and reproduces its startup as seen
 HTTP answers at once, /health is 503 until FAKE_SGLANG_HEALTH_AFTER seconds, and the ready line
 is printed after FAKE_SGLANG_READY_AFTER seconds (negative: never).
 
+/metrics (like SGLang with --enable-metrics, which it then requires) answers the Prometheus text of the
+file FAKE_SGLANG_METRICS names, read anew on every request.
+
 FAKE_SGLANG_CHILDREN=1 adds SGLang 0.5.16's shutdown as seen on the H200: a child process (its
 detokenizer); SIGTERM to this leader drains, then kills the child and itself (kill_process_tree, exit
 -9); a child that dies of a signal the leader did not send reads as a crash: "crashed with exit code
@@ -53,6 +56,8 @@ def main() -> None:
                 # Like SGLang's API-key middleware: every route but /health and /metrics wants the key.
                 key_ok = not args.api_key or self.headers.get("Authorization") == f"Bearer {args.api_key}"
                 code = 200 if key_ok else 401
+            elif self.path == "/metrics" and args.enable_metrics:
+                return self.reply_text(200, Path(os.environ.get("FAKE_SGLANG_METRICS", os.devnull)).read_text())
             else:
                 code = 404
             self.reply(code, {"model": args.served_model_name})
