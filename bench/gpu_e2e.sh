@@ -35,16 +35,22 @@ event() { printf '{"at": "%s", "step": "%s", %s}\n' "$(stamp)" "$STEP" "$1" >> "
 wrappers() {
   local bin="$REPO/.gpu-engine/bin"
   mkdir -p "$bin"
-  # Wrappers, not links: the config's engines.*.python must be an executable file; each sets the
-  # engine's site dir (replacing the pack's, which the supervised processes would otherwise inherit).
-  printf '#!/bin/sh\nPYTHONPATH=%s exec python3 "$@"\n' "$SITE/engine" > "$bin/python"
-  printf '#!/bin/sh\nPYTHONPATH=%s exec python3 -m vllm.entrypoints.cli.main "$@"\n' "$SITE/engine" > "$bin/vllm"
-  printf '#!/bin/sh\nPYTHONPATH=%s exec python3 -m torch.distributed.run "$@"\n' "$SITE/engine" > "$bin/torchrun"
+  # Wrappers, not links: the config's engines.*.python must be an executable file; each puts the
+  # engine's site dir in place of the pack's (which the supervised processes inherit), and keeps what
+  # the pack added for its clients: the client-auth dir whose sitecustomize puts the run's API key on
+  # speculators' requests (without it prepare-data's render calls get 401).
+  wrap() {
+    printf '#!/bin/sh\nPYTHONPATH=$(printf %%s "$PYTHONPATH" | tr : "\\n" | grep -vxF -e "%s" -e "%s" | paste -sd: -)\nexport PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}%s"\nexec python3 %s "$@"\n' \
+      "$SITE/pack" "$REPO" "$SITE/engine" "$2" > "$bin/$1"
+    chmod +x "$bin/$1"
+  }
+  wrap python ""
+  wrap vllm "-m vllm.entrypoints.cli.main"
+  wrap torchrun "-m torch.distributed.run"
   # speculators' data-loader workers are spawned and re-import __main__: hence a file with a guard.
-  printf '#!/bin/sh\nPYTHONPATH=%s exec python3 %s "$@"\n' "$SITE/engine" "$bin/speculators_main.py" > "$bin/speculators"
+  wrap speculators "$bin/speculators_main.py"
   printf 'import sys\nfrom speculators.__main__ import app\nif __name__ == "__main__":\n    sys.exit(app())\n' \
     > "$bin/speculators_main.py"
-  chmod +x "$bin/python" "$bin/vllm" "$bin/torchrun" "$bin/speculators"
 }
 
 setup() {

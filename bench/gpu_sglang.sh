@@ -160,7 +160,8 @@ hang() {
   # F5 as it looked: once the weights are on the GPU, SGLang's children (scheduler, detokenizer, ...) are
   # stopped with SIGSTOP, so the server never gets ready and neither its log nor its GPU memory moves
   # again. The pack must declare it hung within hang_timeout_s (60 s here) plus a few seconds, tear it
-  # down, prove the GPU free, and retry once (that second server is left alone and gets ready).
+  # down, prove the GPU free, and fail the phase as retryable (`eagle3 datagen` runs it once; a flow's
+  # task retry or a rerun resumes it).
   # The server is found through the pack's own registry (its leader's PID is its process group).
   derived hang 'raw["datagen"]["server"]["hang_timeout_s"] = 60; raw["datagen"]["max_samples"] = 32'
   local run="$REPO/runs/h200-tiny-sglang-hang" log leader pid rc

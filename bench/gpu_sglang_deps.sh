@@ -7,7 +7,7 @@
 #
 # DIR/a: sgl-kernel without flash_ops.abi3.so (zipped; the FA3 kernels, 1.1 GB, unused with
 #        --attention-backend triton) + transformers 5.12.1; DIR/b: SGLang + its small dependencies;
-# DIR/c: xgrammar, tokenizers 0.22.2, sgl-deep-gemm; DIR/d: FlashInfer (imported, not used).
+# DIR/c: xgrammar, tokenizers 0.22.2, sgl-deep-gemm; DIR/d: FlashInfer (imported, not used), HF datasets.
 set -euo pipefail
 DIR=${1:?usage: gpu_sglang_deps.sh DIR}
 mkdir -p "$DIR"/a "$DIR"/b/deps "$DIR"/c "$DIR"/d "$DIR"/big
@@ -20,6 +20,9 @@ get "$DIR"/b sglang==0.5.16
 get "$DIR"/a transformers==5.12.1
 get "$DIR"/c xgrammar==0.2.1 tokenizers==0.22.2 sgl-deep-gemm==0.1.4.post1
 get "$DIR"/d flashinfer-python==0.6.14
+# sglang.bench_serving (the benchmark's load generator) imports HF datasets at import time (its MMMU
+# loader); the image has its other dependencies (pyarrow, pandas, xxhash, fsspec, aiohttp).
+get "$DIR"/d datasets==5.1.0 multiprocess==0.70.19
 get "$DIR"/b/deps \
   annotated_types==0.8.0 anthropic==2.14.0 apache_tvm_ffi==0.1.11 asttokens==3.0.2 \
   blobfile==3.0.0 cffi==2.1.1 compressed_tensors==0.17.0 decorator==5.3.1 dill==0.4.1 \

@@ -91,3 +91,29 @@ def test_datagen_client_vs_vllm_bench_smoke(vllm_server, tmp_path):
     assert row["ours"]["tokens"] == row["vllm_bench"]["tokens"] == 8 * 16
     assert row["ours"]["output_tok_s"] > 0 and row["vllm_bench"]["output_tok_s"] > 0 and data["ratio"] > 0
     assert "ratio" in res.stdout and "recorded in" not in res.stdout  # smoke mode records nothing
+
+
+def test_the_gpu_engine_wrappers_keep_the_client_auth_dir_and_drop_the_pack_s_site(tmp_path):
+    """On the H200 (2026-12-02, bench/results/sglang-h200-20261202-run2/e2e.log) the wrappers replaced
+    PYTHONPATH with the engine's site dir, dropping the client-auth dir the pack puts first for
+    speculators' clients: prepare-data's render calls went out without the run's key, got 401 from the
+    pack's own vLLM server, and extraction failed with "No samples remain after preprocessing"."""
+    from eagle3.engines.serving import CLIENT_AUTH_DIR
+
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "gpu_e2e.sh").write_text((REPO / "bench" / "gpu_e2e.sh").read_text())
+    site = tmp_path / "site"
+    (site / "engine").mkdir(parents=True)
+    (site / "pack").mkdir()
+    env = {**os.environ, "SITE": str(site)}
+    subprocess.run(["bash", str(tmp_path / "bench" / "gpu_e2e.sh"), str(tmp_path / "res"), "wrappers"],
+                   check=True, env=env, capture_output=True, timeout=30)
+    inherited = os.pathsep.join([str(CLIENT_AUTH_DIR), str(site / "pack"), str(tmp_path)])
+    out = subprocess.run([str(tmp_path / ".gpu-engine" / "bin" / "python"), "-c",
+                          "import json, sys, sitecustomize; print(json.dumps([sys.path, sitecustomize.__file__]))"],
+                         env={**env, "PYTHONPATH": inherited}, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    path, custom = json.loads(out.stdout)
+    assert path.index(str(CLIENT_AUTH_DIR)) < path.index(str(site / "engine"))
+    assert str(site / "pack") not in path and str(tmp_path) not in path
+    assert custom.startswith(str(CLIENT_AUTH_DIR))  # the sitecustomize that adds the key is the one loaded
