@@ -38,7 +38,9 @@ def _snapshot(cfg: PipelineConfig, url: str, k: int, before: bool = True) -> tup
     else:
         spec, traffic = scrape_sglang_all(url, k, cfg.target.served_name, _headers(cfg))
         if k and spec is None and before:
-            spec = SpecCounters()  # SGLang's series appear with the first verify step it counts
+            # SGLang's verify series appears with the first verify step it counts; until then the
+            # formulas hold with 0 verify calls (requests it finished without one still count).
+            spec = SpecCounters(accepted=traffic.generation_tokens - traffic.requests)
     if k and spec is None:
         # The drafter is configured, yet the server counts no speculation: it is not speculating.
         raise ConfigError(f"{url}/metrics has no spec-decode counters although the server was started with a "

@@ -131,7 +131,9 @@ def test_benchmark_windows_are_measured_by_sglang_s_own_counters(make_config, tm
     from tests.engines.test_metrics import SGLANG
 
     metrics = tmp_path / "metrics.txt"
-    metrics.write_text("\n".join(ln for ln in SGLANG.splitlines() if "spec_verify" not in ln) + "\n")
+    # Before: 2 requests finished (e.g. SGLang's own warm-up) without a verify step counted.
+    metrics.write_text("\n".join(ln.replace(" 8.0", " 2.0").replace(" 512.0", " 20.0") for ln in SGLANG.splitlines()
+                                 if "spec_verify" not in ln) + "\n")
     cfg = make_config({
         "engines": {"sglang": {"python": sys.executable,
                                "env": {"PYTHONPATH": str(FAKE), "FAKE_SGLANG_METRICS": str(metrics)}}},
@@ -142,14 +144,15 @@ def test_benchmark_windows_are_measured_by_sglang_s_own_counters(make_config, tm
         url = f"http://127.0.0.1:{cfg.bench.server.port}"
         assert _snapshot(cfg, url, k=0)[0] is None  # a baseline server counts no verify step, and that is no error
         before, traffic_before = _snapshot(cfg, url, k=3)  # no verify step counted yet: zeros
-        assert before == SpecCounters() and traffic_before.requests == 8
+        assert before == SpecCounters(accepted=20 - 2) and traffic_before.requests == 2
         with pytest.raises(ConfigError, match="no spec-decode counters"):  # still none after a window
             _snapshot(cfg, url, k=3, before=False)
         metrics.write_text(SGLANG)
         after, traffic_after = _snapshot(cfg, url, k=3, before=False)
         window = acceptance(after - before)
-        assert window.acceptance_length == pytest.approx(1 + 344 / 160) and window.per_position == []
-        assert traffic_after - traffic_before == Traffic(0, 0, 0)
+        # Only the window's 6 requests: 492 tokens = 6 prefill tokens + 160 bonus tokens + 326 accepted.
+        assert window.acceptance_length == pytest.approx(1 + 326 / 160) and window.per_position == []
+        assert traffic_after - traffic_before == Traffic(6, 0, 492)
     finally:
         proc.stop()
     # The load generator asks for usage in the stream: without it bench_serving counts max_tokens per
