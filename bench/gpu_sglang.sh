@@ -14,13 +14,14 @@
 #   bash bench/gpu_sglang.sh RESULTS e2e      # eagle3 run configs/h200-tiny-sglang-e2e.yaml (rerun: resumes)
 #   bash bench/gpu_sglang.sh RESULTS vllm-bench  # that run's drafter benchmarked on vLLM, same prompts
 #   bash bench/gpu_sglang.sh RESULTS compare  # RESULTS/compare.md: the two benchmarks side by side
+#   bash bench/gpu_sglang.sh RESULTS collect  # RESULTS/run-files.tar.gz: the runs' small files
 # (e2e and vllm-bench need vLLM too: bench/gpu_e2e.sh RESULTS setup first, as docs/GPU.md says.)
 #
 # Env: STAGE (default /tmp/stage), SGSITE (SGLang's site dir, /tmp/sgsite), SITE (the pack's, /tmp/e2e-site).
 # Every step appends {"step", "rc", "seconds", ...} to RESULTS/events.jsonl and leaves its logs in RESULTS.
 set -uo pipefail
-RESULTS=${1:?usage: gpu_sglang.sh RESULTS setup|serve|datagen|gate|hang|e2e|vllm-bench|compare}
-STEP=${2:?usage: gpu_sglang.sh RESULTS setup|serve|datagen|gate|hang|e2e|vllm-bench|compare}
+RESULTS=${1:?usage: gpu_sglang.sh RESULTS setup|serve|datagen|gate|hang|e2e|vllm-bench|compare|collect}
+STEP=${2:?usage: gpu_sglang.sh RESULTS setup|serve|datagen|gate|hang|e2e|vllm-bench|compare|collect}
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 STAGE=${STAGE:-/tmp/stage}
 SGSITE=${SGSITE:-/tmp/sgsite}
@@ -185,9 +186,17 @@ print(next(x['pid'] for x in e if x['phase'] == 'datagen'))" "$run/state/service
   return $rc
 }
 
-e2e() {  # the whole pipeline (rerun to resume: BUDGET_S bounds one command, SIGTERM as a scheduler would)
+e2e() {  # the whole pipeline (rerun to resume: BUDGET_S bounds one command, SIGTERM as a scheduler would;
+  # E2E_ARGS: more `eagle3 run` options, e.g. --no-doctor to train while the load generator is being repaired)
+  # shellcheck disable=SC2086
   timeout -s TERM -k 150 "${BUDGET_S:-480}" env PYTHONPATH="$SITE/pack:$REPO" python3 -m eagle3.cli run \
-    "$REPO/configs/h200-tiny-sglang-e2e.yaml" < /dev/null >> "$RESULTS/e2e.log" 2>&1
+    ${E2E_ARGS:-} "$REPO/configs/h200-tiny-sglang-e2e.yaml" < /dev/null >> "$RESULTS/e2e.log" 2>&1
+}
+
+collect() {  # RESULTS/run-files.tar.gz: the runs' small files (logs, manifests, reports, handoffs), not their data
+  (cd "$REPO/runs" && find . -path '*/hidden_states' -prune -o -path '*/checkpoints' -prune -o -path '*/prepared' \
+     -prune -o -path '*/.prefect*' -prune -o -type f \( -name '*.log' -o -name '*.json' -o -name '*.jsonl' -o -name '*.md' \
+     -o -name '*.yaml' \) -size -8M -print0 | grep -zv 'samples.jsonl' | tar czf "$RESULTS/run-files.tar.gz" --null -T -)
 }
 
 vllm_bench() {  # the e2e run's drafter (its speculators checkpoint) on vLLM: same target, prompts, settings
@@ -217,8 +226,8 @@ EOF
 }
 
 case $STEP in
-  setup|serve|datagen|gate|hang|e2e|vllm-bench|compare) ;;
-  *) echo "usage: gpu_sglang.sh RESULTS setup|serve|datagen|gate|hang|e2e|vllm-bench|compare" >&2; exit 2 ;;
+  setup|serve|datagen|gate|hang|e2e|vllm-bench|compare|collect) ;;
+  *) echo "usage: gpu_sglang.sh RESULTS setup|serve|datagen|gate|hang|e2e|vllm-bench|compare|collect" >&2; exit 2 ;;
 esac
 t0=$(date +%s.%N)
 "${STEP//-/_}"

@@ -18,8 +18,8 @@ from .config import PipelineConfig, default_aux_layer_ids, num_hidden_layers, re
 from .errors import ConfigError, PipelineError
 from .fsio import atomic_write_json, read_json
 from .layout import RunLayout, state_dir
-from .engines import trainer_compat
-from .engines.probe import inspect_engine
+from .engines import benchclient, trainer_compat
+from .engines.probe import import_errors, inspect_engine
 from .process.services import Supervisor
 
 PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
@@ -97,6 +97,22 @@ def check_target_support(cfg, sup, engine: str) -> list[Check]:
         reads = info.get("config_reads") or []
         checks.append(Check(attr_name, PASS, f"config has what the EAGLE-3 path reads ({', '.join(reads) or 'nothing extra: text-only target'})"))
     return checks
+
+
+def check_load_generator(cfg: PipelineConfig, sup: Supervisor) -> Check | None:
+    """The benchmark's load generator imports in its engine's environment (SGLang's bench_serving needs
+    HF datasets, which its server does not): else it fails only once the first benchmark server is up."""
+    engine = cfg.bench.engine
+    if getattr(cfg.engines, engine) is None:
+        return None  # the config check already names the missing engines section
+    module, client = benchclient.MODULES[engine], benchclient.CLIENTS[engine][0]
+    if why := import_errors(cfg, sup, engine, module).get(module):
+        missing = why.split("No module named ", 1)[1].strip("'\"").split(".")[0] if "No module named " in why else ""
+        return Check(f"load-generator:{engine}", FAIL, f"the benchmark's load generator (`{client}`) cannot run in "
+                     f"engines.{engine}: importing {module} fails with {why}",
+                     f"install the package that provides `{missing}` into engines.{engine}'s environment" if missing
+                     else f"repair engines.{engine}'s environment until `python -c 'import {module}'` succeeds there")
+    return Check(f"load-generator:{engine}", PASS, f"`{client}` imports in engines.{engine}")
 
 
 def check_trainer(cfg: PipelineConfig, sup: Supervisor) -> Check | None:
@@ -306,6 +322,7 @@ def run_doctor(cfg: PipelineConfig, sup: Supervisor | None = None, engines: bool
             if getattr(cfg.engines, engine) is not None:
                 timed(check_engine_env, cfg, sup, engine)
                 timed(check_target_support, cfg, sup, engine)
+        timed(check_load_generator, cfg, sup)
         timed(check_trainer, cfg, sup)
     timed(check_drafter, cfg)
     atomic_write_json(RunLayout(cfg.run_dir).doctor / "report.json", [asdict(c) for c in checks])

@@ -138,7 +138,8 @@ def test_doctor_cli_on_tiny_config_passes_and_caches(make_config, tmp_path):
     assert first.exit_code == 0, first.output
     checks = json.loads(first.output)
     assert {c["status"] for c in checks} == {PASS}
-    assert {"gpus", "ports", "shm", "disk", "aux-layers", "engine-env:vllm", "target-support:vllm"} <= {c["name"] for c in checks}
+    assert {"gpus", "ports", "shm", "disk", "aux-layers", "engine-env:vllm", "target-support:vllm",
+            "load-generator:vllm"} <= {c["name"] for c in checks}
     t0 = time.monotonic()
     again = runner.invoke(app, ["doctor", str(path), "--json"])
     assert again.exit_code == 0 and time.monotonic() - t0 < 10  # engine answers come from the run dir's cache
@@ -194,3 +195,31 @@ def test_drafter_bound_for_sglang_fails_and_vllm_passes(make_config, tmp_path):
     c = check_drafter(sg)
     assert c.status == FAIL, c
     assert "midlayer" in c.reason and "export-drafter" in c.fix, c
+
+
+def test_a_load_generator_that_fails_at_import_is_caught_before_any_server(make_config, tmp_path):
+    """SGLang's bench_serving imported HF datasets, which its server never needs: on the H200 the
+    benchmark failed only once its baseline server was up. The doctor imports the load generator in
+    the engine's own environment, names the missing module, and does not keep the failure: once the
+    module is installed the next doctor run passes."""
+    import sys
+
+    from eagle3.doctor import check_load_generator
+
+    site = tmp_path / "sglang-env"
+    (site / "sglang").mkdir(parents=True)
+    (site / "sglang" / "__init__.py").write_text("")
+    (site / "sglang" / "bench_serving.py").write_text("import eagle3_test_hf_datasets  # SGLang's MMMU loader\n")
+    cfg = make_config({"target": {"model": str(FIXTURE / "target")}, "bench": {"engine": "sglang"},
+                       "engines": {"sglang": {"python": sys.executable, "env": {"PYTHONPATH": str(site)}},
+                                   "vllm": {"python": sys.executable}, "speculators": {"python": sys.executable}}})
+    sup = Supervisor(cfg.run_dir / "state")
+    c = check_load_generator(cfg, sup)
+    assert c.status == FAIL and c.name == "load-generator:sglang", c
+    assert "sglang.bench_serving" in c.reason and "No module named 'eagle3_test_hf_datasets'" in c.reason, c
+    assert "`eagle3_test_hf_datasets`" in c.fix and "engines.sglang" in c.fix, c
+    assert any(x.name == "load-generator:sglang" and x.status == FAIL for x in run_doctor(cfg, sup))
+
+    (site / "eagle3_test_hf_datasets.py").write_text("")  # the missing package installed
+    c = check_load_generator(cfg, sup)
+    assert c.status == PASS and "sglang.bench_serving" in c.reason, c

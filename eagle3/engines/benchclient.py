@@ -176,6 +176,10 @@ def _read_json(path: Path) -> dict:
         raise CommandFailed(f"the benchmark client exited 0 but wrote no result file {path}") from None
 
 
+# The module each load generator imports first: the doctor imports it in the engine's environment, since
+# a client that fails at import is otherwise found only after the benchmark's first server has loaded.
+MODULES = {"vllm": "vllm.benchmarks.serve", "sglang": "sglang.bench_serving"}
+
 CLIENTS = {
     "vllm": ("vllm bench serve", vllm_argv, parse_vllm, write_vllm_dataset, ".jsonl"),
     "sglang": ("python -m sglang.bench_serving", sglang_argv, parse_sglang, write_sglang_dataset, ".json"),

@@ -76,6 +76,15 @@ def inspect_engine(cfg: PipelineConfig, sup: Supervisor, engine: str) -> dict:
     return engine_probe(cfg, sup, engine, "inspect_target.py", str(cfg.target.model), "--engine", engine, *flags)
 
 
+def import_errors(cfg: PipelineConfig, sup: Supervisor, engine: str, *modules: str) -> dict[str, str]:
+    """{module: why} for each of `modules` that the engine's environment fails to import; {} if all import."""
+    info = engine_probe(cfg, sup, engine, "import_check.py", *modules)
+    answers = info.get("imports")
+    if not isinstance(answers, dict):
+        return {m: info.get("error", "the import check gave no answer") for m in modules}
+    return {m: answers.get(m, "the import check gave no answer") for m in modules if answers.get(m, "") is not None}
+
+
 def vllm_accepts(cfg: PipelineConfig, sup: Supervisor, flag: str) -> bool:
     """Whether the configured vLLM's own server parser has `flag` (one of OPTIONAL_VLLM_FLAGS)."""
     if flag not in OPTIONAL_VLLM_FLAGS:
@@ -119,4 +128,4 @@ def _mtime(path) -> float | None:
         return None
 
 
-__all__ = ["engine_probe", "inspect_engine", "vllm_accepts", "OPTIONAL_VLLM_FLAGS", "ENGINE_SIDE"]
+__all__ = ["engine_probe", "import_errors", "inspect_engine", "vllm_accepts", "OPTIONAL_VLLM_FLAGS", "ENGINE_SIDE"]
