@@ -193,9 +193,7 @@ def run_bench(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | No
 def _probes(cfg: PipelineConfig, drafter: dict, prompts: dict, write_dataset, ext: str, paths: BenchPaths) -> list[dict]:
     """The prompt subsets whose acceptance each speculative server also measures: the parity
     sample of training prompts (a trained drafter with an expectation), and each category of the
-    benchmark prompts. vLLM only: SGLang's acceptance is an average since start, not per window."""
-    if cfg.bench.engine != "vllm":
-        return []
+    benchmark prompts. Every engine: each window's acceptance is the delta of the server's own counters."""
     sets = []
     if cfg.bench.parity.enabled and drafter["trained"] and parity_expectation(cfg, drafter)[0]:
         rows = training_prompts(cfg)
