@@ -82,7 +82,8 @@ def import_errors(cfg: PipelineConfig, sup: Supervisor, engine: str, *modules: s
     answers = info.get("imports")
     if not isinstance(answers, dict):
         return {m: info.get("error", "the import check gave no answer") for m in modules}
-    return {m: answers.get(m, "the import check gave no answer") for m in modules if answers.get(m, "") is not None}
+    why = {m: answers.get(m, "the import check gave no answer") for m in modules}  # None: it imported
+    return {m: reason for m, reason in why.items() if reason is not None}
 
 
 def vllm_accepts(cfg: PipelineConfig, sup: Supervisor, flag: str) -> bool:
