@@ -9,6 +9,7 @@
 #   bash bench/gpu_e2e.sh RESULTS offline    # eagle3 run configs/h200-tiny.yaml (rerun it to resume)
 #   bash bench/gpu_e2e.sh RESULTS online     # eagle3 run configs/h200-tiny-online.yaml (phase 1 reused)
 #   bash bench/gpu_e2e.sh RESULTS record     # rebuild RESULTS/gpu-e2e-summary.json and the raw record
+#   bash bench/gpu_e2e.sh RESULTS run-files  # RESULTS/run-files.tar.gz alone: every run's small files
 #
 # Env: STAGE (default /tmp/stage: the vLLM pieces part0*, and pack-deps/), VLLM_DEPS (the engine's
 # wheels), SITE (default /tmp/e2e-site), BUDGET_S (seconds `eagle3 run` may take in this command; it is
@@ -91,10 +92,14 @@ record() {
   PYTHONPATH="$PACK_PATH" python3 "$REPO/bench/gpu_e2e_record.py" --results "$RESULTS" \
     --run offline="$REPO/runs/h200-tiny" --run online="$REPO/runs/h200-tiny-online" \
     --config offline="$REPO/configs/h200-tiny.yaml" --config online="$REPO/configs/h200-tiny-online.yaml"
-  # The runs' own small files (logs, manifests, summaries, reports, handoff reports), not their data.
+  run_files
+}
+
+run_files() {  # RESULTS/run-files.tar.gz: the runs' own small files (logs, manifests, summaries, reports,
+  # handoff reports, derived configs), not their data
   (cd "$REPO/runs" 2>/dev/null && find . -path '*/hidden_states' -prune -o -path '*/checkpoints' -prune \
      -o -path '*/prepared' -prune -o -path '*/.prefect*' -prune -o -type f \
-     \( -name '*.log' -o -name '*.json' -o -name '*.jsonl' -o -name '*.md' \) -size -8M -print0 |
+     \( -name '*.log' -o -name '*.json' -o -name '*.jsonl' -o -name '*.md' -o -name '*.yaml' \) -size -8M -print0 |
    grep -zv 'samples.jsonl' | tar czf "$RESULTS/run-files.tar.gz" --null -T - 2>/dev/null) || true
 }
 
@@ -124,6 +129,7 @@ PY
     run_config "$REPO/configs/h200-tiny-online.yaml" "$RESULTS/run-online.log"; rc=$? ;;
   record) rc=0 ;;
   wrappers) wrappers; exit 0 ;;  # the engine wrappers alone (bench/gpu_sglang.sh's configs name them too)
+  run-files) run_files; exit 0 ;;  # the runs' small files alone (bench/gpu_sglang.sh's collect step)
   *) echo "unknown step $STEP" >&2; exit 2 ;;
 esac
 record

@@ -194,9 +194,7 @@ e2e() {  # the whole pipeline (rerun to resume: BUDGET_S bounds one command, SIG
 }
 
 collect() {  # RESULTS/run-files.tar.gz: the runs' small files (logs, manifests, reports, handoffs), not their data
-  (cd "$REPO/runs" && find . -path '*/hidden_states' -prune -o -path '*/checkpoints' -prune -o -path '*/prepared' \
-     -prune -o -path '*/.prefect*' -prune -o -type f \( -name '*.log' -o -name '*.json' -o -name '*.jsonl' -o -name '*.md' \
-     -o -name '*.yaml' \) -size -8M -print0 | grep -zv 'samples.jsonl' | tar czf "$RESULTS/run-files.tar.gz" --null -T -)
+  bash "$REPO/bench/gpu_e2e.sh" "$RESULTS" run-files
 }
 
 vllm_bench() {  # the e2e run's drafter (its speculators checkpoint) on vLLM: same target, prompts, settings

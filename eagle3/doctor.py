@@ -106,8 +106,8 @@ def check_load_generator(cfg: PipelineConfig, sup: Supervisor) -> Check | None:
     if getattr(cfg.engines, engine) is None:
         return None  # the config check already names the missing engines section
     module, client = benchclient.MODULES[engine], benchclient.CLIENTS[engine][0]
-    if why := import_errors(cfg, sup, engine, module).get(module):
-        missing = why.split("No module named ", 1)[1].strip("'\"").split(".")[0] if "No module named " in why else ""
+    if failed := import_errors(cfg, sup, engine, module).get(module):
+        why, missing = failed
         return Check(f"load-generator:{engine}", FAIL, f"the benchmark's load generator (`{client}`) cannot run in "
                      f"engines.{engine}: importing {module} fails with {why}",
                      f"install the package that provides `{missing}` into engines.{engine}'s environment" if missing

@@ -3,7 +3,8 @@
 A module that is installed can still fail at import (SGLang 0.5.16's `sglang.bench_serving` imports HF
 `datasets`, which a server alone does not need), so the module is imported, not looked up.
 Usage: python import_check.py MODULE [MODULE ...] [--out FILE]; prints one JSON object
-{"imports": {module: null or "ErrorType: message"}}, with "error" set when any import failed.
+{"imports": {module: null or "ErrorType: message"}, "missing": {module: the top-level module that was not
+found, or null}}, with "error" set when any import failed.
 """
 
 import argparse
@@ -13,16 +14,18 @@ from engine_versions import report  # beside this script: run by path, its dir i
 
 
 def check(modules: list[str]) -> dict:
-    imports = {}
+    imports, missing = {}, {}
     for name in modules:
         try:
             importlib.import_module(name)
             imports[name] = None
         except BaseException as exc:  # noqa: BLE001 -- a module may sys.exit() or raise anything at import
             imports[name] = f"{type(exc).__name__}: {exc}"
+            not_found = getattr(exc, "name", None) if isinstance(exc, ModuleNotFoundError) else None
+            missing[name] = not_found.split(".")[0] if not_found else None
     failed = [f"{name}: {why}" for name, why in imports.items() if why]
     # "error" keeps a failed answer out of the probe caches: installing the missing package fixes it.
-    return {"imports": imports, **({"error": "; ".join(failed)} if failed else {})}
+    return {"imports": imports, "missing": missing, **({"error": "; ".join(failed)} if failed else {})}
 
 
 if __name__ == "__main__":

@@ -76,14 +76,15 @@ def inspect_engine(cfg: PipelineConfig, sup: Supervisor, engine: str) -> dict:
     return engine_probe(cfg, sup, engine, "inspect_target.py", str(cfg.target.model), "--engine", engine, *flags)
 
 
-def import_errors(cfg: PipelineConfig, sup: Supervisor, engine: str, *modules: str) -> dict[str, str]:
-    """{module: why} for each of `modules` that the engine's environment fails to import; {} if all import."""
+def import_errors(cfg: PipelineConfig, sup: Supervisor, engine: str, *modules: str) -> dict[str, tuple[str, str | None]]:
+    """{module: (why, the top-level module not found or None)} for each of `modules` the engine's
+    environment fails to import; {} if all import."""
     info = engine_probe(cfg, sup, engine, "import_check.py", *modules)
-    answers = info.get("imports")
+    answers, missing = info.get("imports"), info.get("missing") or {}
     if not isinstance(answers, dict):
-        return {m: info.get("error", "the import check gave no answer") for m in modules}
+        return {m: (info.get("error", "the import check gave no answer"), None) for m in modules}
     why = {m: answers.get(m, "the import check gave no answer") for m in modules}  # None: it imported
-    return {m: reason for m, reason in why.items() if reason is not None}
+    return {m: (reason, missing.get(m)) for m, reason in why.items() if reason is not None}
 
 
 def vllm_accepts(cfg: PipelineConfig, sup: Supervisor, flag: str) -> bool:

@@ -19,14 +19,21 @@ PROMPTS = {"ids": ["h1", "h2", "h3"], "texts": ["what is x?", "fix this code", "
 TRAINED = {"trained": True, "val_full_acc": [0.9, 0.8, 0.7], "train_manifest": "train/manifest.json"}
 
 
-@pytest.mark.parametrize("engine", ["vllm", "sglang"])
-def test_every_engine_measures_the_parity_sample_and_each_category(make_config, engine):
-    cfg = make_config({"bench": {"engine": engine, "parity": {"prompts": 4}},
-                       "engines": {"sglang": {"python": sys.executable}}}, check_files=False)
+def _config(make_config, engine: str, **bench_section):
+    return make_config({"bench": {"engine": engine, **bench_section}, "engines": {"sglang": {"python": sys.executable}}},
+                       check_files=False)
+
+
+def _probes(cfg, drafter: dict) -> list[dict]:
     paths = BenchPaths.of(cfg)
     paths.dir.mkdir(parents=True)
-    _, _, _, write_dataset, ext = benchclient.CLIENTS[engine]
-    probes = {p["name"]: p for p in bench._probes(cfg, TRAINED, PROMPTS, write_dataset, ext, paths)}
+    _, _, _, write_dataset, ext = benchclient.CLIENTS[cfg.bench.engine]
+    return bench._probes(cfg, drafter, PROMPTS, write_dataset, ext, paths)
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_every_engine_measures_the_parity_sample_and_each_category(make_config, engine):
+    probes = {p["name"]: p for p in _probes(_config(make_config, engine, parity={"prompts": 4}), TRAINED)}
     assert set(probes) == {"training prompts (parity)", "qa", "code"}, probes
     parity = probes["training prompts (parity)"]
     assert parity["kind"] == "parity" and parity["count"] == 4 == len(set(parity["ids"]))
@@ -41,20 +48,14 @@ def test_every_engine_measures_the_parity_sample_and_each_category(make_config, 
 
 
 def test_an_untrained_drafter_gets_no_parity_sample(make_config):
-    cfg = make_config({"bench": {"engine": "sglang"}, "engines": {"sglang": {"python": sys.executable}}},
-                      check_files=False)
-    paths = BenchPaths.of(cfg)
-    paths.dir.mkdir(parents=True)
-    _, _, _, write_dataset, ext = benchclient.CLIENTS["sglang"]
-    probes = bench._probes(cfg, {**TRAINED, "trained": False}, PROMPTS, write_dataset, ext, paths)
+    probes = _probes(_config(make_config, "sglang"), {**TRAINED, "trained": False})
     assert [p["kind"] for p in probes] == ["category", "category"]
 
 
 @pytest.mark.parametrize("served, status", [(2.9, "passed"), (1.0, "failed")])
 def test_the_parity_gate_judges_an_sglang_window_without_per_position_counts(make_config, served, status):
     """SGLang counts no acceptance per position: the gate compares the acceptance length alone."""
-    cfg = make_config({"bench": {"engine": "sglang"}, "engines": {"sglang": {"python": sys.executable}}},
-                      check_files=False)
+    cfg = _config(make_config, "sglang")
     window = {"acceptance": {"acceptance_length": served, "per_position": []}}
     run = {"k": 3, "probes": [{"kind": "parity", "count": 4, "ids": ["a", "b", "c", "d"], "window": window}]}
     gate = bench._parity(cfg, TRAINED, [run])
