@@ -172,14 +172,17 @@ def test_a_worker_run_logs_the_progress_lines_in_its_flow_run_log(worker, tmp_pa
         with client() as c:
             return [log.message for log in c.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[rid])))]
 
-    deadline = time.monotonic() + 30  # logs are shipped to the server in batches
-    while not any(m.startswith("bench: done in ") for m in messages()) and time.monotonic() < deadline:
+    handoffs = len(PHASES) + 1  # start + after each
+    # Logs are shipped to the server in batches: wait for the run's last line (the handoff after bench,
+    # which comes after "bench: done"; a fresh clone's run once read the log between the two).
+    deadline = time.monotonic() + 30
+    while sum(1 for m in messages() if m.startswith("handoff: done in ")) < handoffs and time.monotonic() < deadline:
         time.sleep(1)
     logged = messages()
     for phase in PHASES:
         assert sum(1 for m in logged if m == f"{phase}: started") == 1, logged
         assert sum(1 for m in logged if m.startswith(f"{phase}: done in ")) == 1, logged
-    assert sum(1 for m in logged if m.startswith("handoff: done in ")) == len(PHASES) + 1  # start + after each
+    assert sum(1 for m in logged if m.startswith("handoff: done in ")) == handoffs, logged
     s = status_json(run_dir, worker_env())
     assert s["status"] == "completed" and s["command"] and all(s["phases"][p]["done"] for p in PHASES)
 
