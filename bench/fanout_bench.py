@@ -49,7 +49,8 @@ def _start(argv: list[str], env: dict, log: Path) -> subprocess.Popen:
 
 
 def _stop(proc: subprocess.Popen) -> None:
-    for sig, wait_s in ((signal.SIGTERM, 15), (signal.SIGINT, 10), (signal.SIGKILL, 10)):
+    # A `prefect worker` stays up after its first signal and ends on the second: no long first wait.
+    for sig, wait_s in ((signal.SIGTERM, 3), (signal.SIGINT, 10), (signal.SIGKILL, 10)):
         if proc.poll() is not None:
             return
         try:

@@ -10,7 +10,6 @@ session's unique PREFECT_HOME in their environment and ended by PID."""
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import sys
 import time
@@ -21,8 +20,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import noop_phases  # noqa: E402
-from flowkit import (POOL, REPO, PREFECT, PrefectServer, base_env, end_session_leftovers, prefect_cli,  # noqa: E402
-                     stop_group, wait_until)
+from flowkit import (POOL, REPO, PREFECT, WORKER_STOP, PrefectServer, base_env, end_session_leftovers,  # noqa: E402
+                     prefect_cli, stop_group, wait_until)
 
 from eagle3.process import procfs  # noqa: E402
 from tests.ports import free_port  # noqa: E402
@@ -121,8 +120,7 @@ def worker(prefect_server, deployed, tmp_path_factory):
         assert proc.poll() is None, f"worker exited:\n{log.read_text()[-3000:]}"
         yield Worker(proc, log)
     finally:
-        # A worker may sit out SIGTERM for a while (it asks itself to SIGINT); a second signal forces it.
-        stop_group(proc, ((signal.SIGTERM, 15.0), (signal.SIGINT, 10.0), (signal.SIGKILL, 10.0)))
+        stop_group(proc, WORKER_STOP)
         leftovers = end_session_leftovers(prefect_server.home, exclude_pgids={prefect_server.proc.pid})
         assert proc.returncode is not None, "prefect worker did not exit"
         assert not leftovers, f"flow-run processes outlived the tests: {leftovers}"

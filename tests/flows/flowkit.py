@@ -33,6 +33,12 @@ def base_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_") and k != "EAGLE3_PHASE_TABLE"}
 
 
+# `prefect worker start` answers its first SIGTERM or SIGINT only by signalling itself, and stays up;
+# the second signal ends it at once ("Sending SIGKILL to the process worker"). Waiting long after the
+# first only delays the teardown (15 s of every worker stop, 2026-12-03).
+WORKER_STOP = ((signal.SIGTERM, 3.0), (signal.SIGINT, 10.0), (signal.SIGKILL, 10.0))
+
+
 def stop_group(proc: subprocess.Popen, signals=((signal.SIGTERM, 20.0), (signal.SIGINT, 10.0),
                                                  (signal.SIGKILL, 10.0))) -> None:
     """End a process group this session started (leader = proc, started with start_new_session)."""

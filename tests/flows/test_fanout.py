@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from flowkit import PREFECT, REPO, client, stop_group, stop_groups, wait_until
+from flowkit import PREFECT, REPO, WORKER_STOP, client, stop_group, stop_groups, wait_until
 
 from eagle3.process import procfs
 from tests.conftest import write_tiny_config
@@ -58,9 +58,8 @@ class Node:
 
 
 def stop_nodes(nodes) -> None:
-    """Every worker of these nodes at once (a worker may sit out SIGTERM; a second signal forces it)."""
-    stop_groups([p for n in nodes for p in n.procs], ((signal.SIGTERM, 15.0), (signal.SIGINT, 10.0),
-                                                     (signal.SIGKILL, 10.0)))
+    """Every worker of these nodes at once (flowkit.WORKER_STOP: a worker ends on its second signal)."""
+    stop_groups([p for n in nodes for p in n.procs], WORKER_STOP)
 
 
 @dataclass
@@ -103,7 +102,7 @@ def scenario(prefect_server, tiny_model, vllm_server, tmp_path_factory):
               "concurrency": 1}
     cfg = write_tiny_config(base, {"name": "fanout-two-nodes",
         "target": {"model": str(tiny_model)}, "datagen": greedy,
-        "fanout": {"pools": list(pools.values()), "shards": {"datagen": 2, "extract": 2}, "heartbeat_timeout_s": 20.0,
+        "fanout": {"pools": list(pools.values()), "shards": {"datagen": 2, "extract": 2}, "heartbeat_timeout_s": 15.0,
                    "poll_interval_s": 1.0, "retries": 2}})
     config_path = base / "config.yaml"
     nodes, coordinators = {}, []

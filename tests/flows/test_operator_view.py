@@ -2,8 +2,8 @@
 in the run logs, run names that say which config and phases, phase parameters refused at
 submission, a `prefect deploy` that refuses a missing EAGLE3_REPO, the benchmark table and plot
 in the UI (also when the phase came from the cache, and for a regression), compact handoff
-artifacts, the failure alert of deployments/alerts.yaml firing its webhook, and API keys from an
-environment variable or a Secret block that reach the server and are written nowhere.
+artifacts, the failure alert of deployments/alerts.yaml firing its webhook, and an API key from a
+Secret block (through the variable it fills) that reaches the server and is written nowhere.
 
 Runs go through the session's server, deployments and worker (conftest.py) with the no-op phases,
 except the API-key test, which runs the real datagen phase (a real vLLM server) in-process."""
@@ -228,13 +228,14 @@ def test_failure_alert_fires_for_a_failed_run_and_a_benchmark_regression(prefect
 
 @requires_engine
 @pytest.mark.engine
-@pytest.mark.parametrize("source", ["env", "secret-block"])
-def test_api_key_from_env_or_secret_block_reaches_the_server_and_is_written_nowhere(prefect_server, tiny_model,
-                                                                                     tmp_path, source, monkeypatch):
+def test_api_key_from_a_secret_block_reaches_the_server_and_is_written_nowhere(prefect_server, tiny_model, tmp_path,
+                                                                               monkeypatch):
     """The real datagen phase through the pipeline flow (in-process, against the session server):
-    the key from the variable api_key_env names, or from the Secret block that fills it, is what
-    the vLLM server enforces (401 without it, 200 with it, while the phase runs); afterwards it is
-    in no file under run_dir, no log record and no artifact of the run."""
+    the key from the Secret block, which fills the variable api_key_env names (unset beforehand),
+    is what the vLLM server enforces (401 without it, 200 with it, while the phase runs); afterwards
+    it is in no file under run_dir, no log record and no artifact of the run. Past the fill, a key
+    from that variable takes the same path (test_api_key_sources.py: the variable is where
+    Server.key() reads it; tests/reliability/test_security.py: a key from the config and the run's own)."""
     import httpx
     from prefect.blocks.system import Secret
 
@@ -242,13 +243,10 @@ def test_api_key_from_env_or_secret_block_reaches_the_server_and_is_written_nowh
     from flows.pipeline import eagle3_pipeline
 
     key, var = f"sk-eagle3-{uuid.uuid4().hex}", f"EAGLE3_TEST_KEY_{uuid.uuid4().hex[:8].upper()}"
-    fields = {"api_key_env": var}
-    if source == "secret-block":
-        block = f"eagle3-test-key-{uuid.uuid4().hex[:8]}"
-        Secret(value=key).save(block)
-        fields["api_key_secret_block"] = block
-    else:
-        os.environ[var] = key
+    block = f"eagle3-test-key-{uuid.uuid4().hex[:8]}"
+    Secret(value=key).save(block)
+    assert var not in os.environ
+    fields = {"api_key_env": var, "api_key_secret_block": block}
     port = free_port()
     cfg = write_tiny_config(tmp_path, {"datagen": {"max_samples": 4, "concurrency": 2, "sampling": {"max_tokens": 8},
                                                    "server": {"port": port, **fields}},

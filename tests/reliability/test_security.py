@@ -282,23 +282,22 @@ def test_real_vllm_server_listens_on_loopback_only(vllm_server):
 @pytest.mark.slow
 @pytest.mark.engine
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("source", ["config", "env", "run"])
-def test_api_key_is_enforced_and_never_written_under_run_dir(tiny_model, make_config, monkeypatch, source):
-    """The datagen phase starts its own vLLM server with the key (from datagen.server.api_key, from
-    the environment variable datagen.server.api_key_env names, or, with neither, the run's own key
-    derived from its owner token) and generates with it; while it
-    runs, requests without the key or with a wrong one get 401, and the key is in no argv.
+@pytest.mark.parametrize("source", ["config", "run"])
+def test_api_key_is_enforced_and_never_written_under_run_dir(tiny_model, make_config, source):
+    """The datagen phase starts its own vLLM server with the key (from datagen.server.api_key, or,
+    with none configured, the run's own key derived from its owner token) and generates with it;
+    while it runs, requests without the key or with a wrong one get 401, and the key is in no argv.
     Afterwards no file under run_dir (server log, registry, manifest, samples, summary) holds it.
-    (The Prefect Secret block source: tests/flows/test_operator_view.py.)"""
+    A key from the variable datagen.server.api_key_env names, filled from a Prefect Secret block,
+    goes through the pipeline flow to a real server in tests/flows/test_operator_view.py; where the
+    variable is read, test_api_key_sources.py. One vLLM start per source: the server is what costs."""
     import httpx
 
     from eagle3.phases.datagen import run_datagen
     from eagle3.pipeline import supervisor
 
     key = f"sk-eagle3-{uuid.uuid4().hex}"
-    if source == "env":
-        monkeypatch.setenv("EAGLE3_TEST_DATAGEN_KEY", key)
-    key_fields = {"config": {"api_key": key}, "env": {"api_key_env": "EAGLE3_TEST_DATAGEN_KEY"}, "run": {}}[source]
+    key_fields = {"config": {"api_key": key}, "run": {}}[source]
     cfg = make_config({"datagen": {"max_samples": 4, "concurrency": 2, "sampling": {"max_tokens": 8},
                                    "server": {"port": free_port(), **key_fields}}})
     sup = supervisor(cfg)
