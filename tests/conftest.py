@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from tests.ports import free_port
+from tests.xdist_plan import make_plan_dir, make_scheduler, write_plan
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -37,6 +38,7 @@ def _private_lock_dir() -> None:
 _private_lock_dir()
 TINY_CONFIG = REPO / "configs" / "tiny-cpu.yaml"
 ENGINE_PYTHON = REPO / ".venv-engine" / "bin" / "python"
+TINY_MODEL = REPO / "models" / "tiny-llama"
 
 
 def pytest_sessionstart(session):
@@ -51,6 +53,19 @@ def pytest_sessionstart(session):
     if found != REPO:
         pytest.exit(f"{sys.executable} imports eagle3 from {found or where.stderr.strip()[-300:]}, not from "
                     f"{REPO}: run `make setup` in this checkout first (the README's `make test` does)", returncode=4)
+
+
+make_plan_dir()
+
+
+def pytest_collection_modifyitems(config, items):
+    write_plan(items)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """`make test`'s workers: each shared server's tests on one worker, heaviest work first (tests/xdist_plan.py)."""
+    return make_scheduler(config, log) if config.getvalue("dist") != "each" else None
 
 
 def _temporary_servers() -> set[int]:
@@ -133,7 +148,7 @@ def tiny_model() -> Path:
         pytest.skip("engine venv missing: run `make engine-env`")
     from eagle3.tinymodel import ensure_tiny_model
 
-    return ensure_tiny_model(REPO / "models" / "tiny-llama")
+    return ensure_tiny_model(TINY_MODEL)
 
 
 @pytest.fixture(scope="session")
@@ -195,6 +210,12 @@ def write_tiny_config(directory: Path, overrides: dict | None = None, run_dir: P
             env["python"] = os.path.normpath(TINY_CONFIG.parent / env["python"])  # keep the venv symlink
     if not os.path.isabs(raw["datagen"]["prompts"]):
         raw["datagen"]["prompts"] = str((TINY_CONFIG.parent / raw["datagen"]["prompts"]).resolve())
+    if check_files and Path(raw["target"]["model"]) == TINY_MODEL and engine_available():
+        # The config's checks need the model's files. A test that never asked for `tiny_model` may
+        # run first on its worker (`make test` runs several); the build is locked, and a no-op once made.
+        from eagle3.tinymodel import ensure_tiny_model
+
+        ensure_tiny_model(TINY_MODEL)
     path = Path(directory) / "config.yaml"
     path.write_text(yaml.safe_dump(raw))
     return load_config(path, check_files=check_files)

@@ -75,7 +75,11 @@ def test_no_held_out_prompt_is_a_config_error(make_config, tmp_path):
 
 
 def test_bench_prompts_override(make_config, tmp_path):
-    cfg = make_config({"bench": {"prompts": str(_prompt_file(tmp_path / "mt.jsonl", 3)), "num_prompts": 2}})
+    # No target files needed (check_files=False): under `make test`'s workers this may run before any
+    # test has built the tiny model.
+    cfg = make_config({"target": {"model": str(tmp_path / "no-model")},
+                       "bench": {"prompts": str(_prompt_file(tmp_path / "mt.jsonl", 3)), "num_prompts": 2}},
+                      check_files=False)
     assert held_out_prompts(cfg)["texts"] == ["question 0", "question 1"]
 
 
