@@ -55,7 +55,9 @@ def pytest_sessionstart(session):
                     f"{REPO}: run `make setup` in this checkout first (the README's `make test` does)", returncode=4)
 
 
-make_plan_dir()
+def pytest_configure(config):
+    if getattr(config.option, "dist", "no") != "no":  # only a run on xdist workers has a plan to share
+        make_plan_dir()
 
 
 def pytest_collection_modifyitems(config, items):
@@ -64,7 +66,7 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """`make test`'s workers: each shared server's tests on one worker, heaviest work first (tests/xdist_plan.py)."""
+    """`make test TEST_WORKERS=2`: each shared server's tests on one worker, heaviest first (tests/xdist_plan.py)."""
     return make_scheduler(config, log) if config.getvalue("dist") != "each" else None
 
 
@@ -212,7 +214,7 @@ def write_tiny_config(directory: Path, overrides: dict | None = None, run_dir: P
         raw["datagen"]["prompts"] = str((TINY_CONFIG.parent / raw["datagen"]["prompts"]).resolve())
     if check_files and Path(raw["target"]["model"]) == TINY_MODEL and engine_available():
         # The config's checks need the model's files. A test that never asked for `tiny_model` may
-        # run first on its worker (`make test` runs several); the build is locked, and a no-op once made.
+        # run first on its worker (`make test TEST_WORKERS=2`); the build is locked, and a no-op once made.
         from eagle3.tinymodel import ensure_tiny_model
 
         ensure_tiny_model(TINY_MODEL)

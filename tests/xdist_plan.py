@@ -1,4 +1,4 @@
-"""How `make test` spreads the suite over its pytest-xdist workers (Makefile: TEST_WORKERS).
+"""How `make test TEST_WORKERS=N` spreads the suite over N pytest-xdist workers.
 
 - One module runs on one worker, with its module-scoped fixtures built once.
 - Every module that uses a server the session shares (SHARED_SERVERS) runs on the same worker, so
@@ -28,7 +28,7 @@ def module_of(nodeid: str) -> str:
 
 
 def make_plan_dir() -> None:
-    """In the controller, before it starts its workers (they inherit the variable)."""
+    """In the controller, at configure time, before it starts its workers (they inherit the variable)."""
     if os.environ.get("PYTEST_XDIST_WORKER") or os.environ.get(PLAN_ENV):
         return
     import atexit
