@@ -63,6 +63,9 @@ def _stop(proc: subprocess.Popen) -> None:
             pass
 
 
+NODE_PORT_STEP = 100  # node i adds NODE_PORT_STEP * i to every server port (own nodes; EAGLE3_PORT_OFFSET)
+
+
 def own_nodes(home: Path, pools: list[str], started: list) -> str:
     """A `prefect server` on a free port, the pools (process, limit 1) and a worker each, as two nodes."""
     import httpx
@@ -89,14 +92,15 @@ def own_nodes(home: Path, pools: list[str], started: list) -> str:
         locks.mkdir(exist_ok=True)
         log = home / f"worker-{i}.log"
         started.append(_start([PREFECT, "worker", "start", "--pool", pool, "--type", "process"],
-                              env | {"EAGLE3_LOCK_DIR": str(locks), "EAGLE3_PORT_OFFSET": str(100 * i)}, log))
+                              env | {"EAGLE3_LOCK_DIR": str(locks), "EAGLE3_PORT_OFFSET": str(NODE_PORT_STEP * i)}, log))
         wait_until(lambda: "started!" in log.read_text(), 120, f"the worker of {pool}")
     return url
 
 
-def timed_datagen(directory: Path, overrides: dict, env: dict) -> dict:
+def timed_datagen(directory: Path, overrides: dict, env: dict, nodes: int) -> dict:
     directory.mkdir(parents=True)
-    cfg = write_tiny_config(directory, {"name": f"fanout-bench-{directory.name}", **overrides})
+    cfg = write_tiny_config(directory, {"name": f"fanout-bench-{directory.name}", **overrides},
+                            port_offsets=tuple(NODE_PORT_STEP * i for i in range(nodes)))
     t0 = time.monotonic()
     res = subprocess.run([EAGLE3, "run", str(directory / "config.yaml"), "--only", "datagen", "--no-doctor"], env=env,
                          cwd=REPO, capture_output=True, text=True, timeout=1800)
@@ -139,9 +143,10 @@ def main(argv: list[str] | None = None) -> int:
                 url = own_nodes(Path(tmp) / "prefect", pools, started)
             # Both sides on the same Prefect server: only the fan-out differs.
             one = timed_datagen(Path(tmp) / "one-node", {"datagen": datagen, **engines},
-                                _clean_env() | {"PREFECT_API_URL": url})
+                                _clean_env() | {"PREFECT_API_URL": url}, len(pools))
             two = timed_datagen(Path(tmp) / "two-nodes", {"datagen": datagen, **engines, "fanout": {
-                "pools": pools, "shards": {"datagen": 2}, "poll_interval_s": 1.0}}, _clean_env() | {"PREFECT_API_URL": url})
+                "pools": pools, "shards": {"datagen": 2}, "poll_interval_s": 1.0}}, _clean_env() | {"PREFECT_API_URL": url},
+                len(pools))
         finally:
             for proc in reversed(started):
                 _stop(proc)

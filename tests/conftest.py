@@ -188,12 +188,29 @@ def valid_raw_config(directory: Path) -> dict:
     return raw
 
 
+_PORTS_BY_DIR: dict[Path, dict[str, int]] = {}
+
+
+def _test_ports(raw: dict, overrides: dict, directory: Path, offsets: tuple[int, ...]) -> None:
+    """Give each server of the config a port of this worker's own (tests/ports.py) unless the test set one:
+    the tiny config's fixed ports would meet another test's server on the other worker. The ports stay the
+    same for one directory, because a port is part of a phase's fingerprint and a test that writes its
+    config again expects its finished phases to stay done."""
+    ports = _PORTS_BY_DIR.setdefault(Path(directory).resolve(), {})
+    for name, section in raw.items():
+        server = section.get("server") if isinstance(section, dict) else None
+        if isinstance(server, dict) and "port" in server and "port" not in (overrides.get(name) or {}).get("server", {}):
+            server["port"] = ports.setdefault(name, free_port(offsets))
+
+
 def write_tiny_config(directory: Path, overrides: dict | None = None, run_dir: Path | None = None,
-                      check_files: bool = True):
-    """Write a variant of the tiny config into `directory` (as config.yaml) and load it."""
+                      check_files: bool = True, port_offsets: tuple[int, ...] = (0,)):
+    """Write a variant of the tiny config into `directory` (as config.yaml) and load it. Its servers get
+    free ports (free with each of `port_offsets` added too: a fan-out node's offset)."""
     from eagle3.config import load_config
 
     raw = tiny_raw_config()
+    _test_ports(raw, overrides or {}, directory, port_offsets)
     # vLLM's worker inside its EngineCore process, not a third process: a CPU server is ready in about
     # half the time (one torch + vLLM import less). The server is still a process group of more than
     # one process; a test about the worker's own process or its /dev/shm segments sets it back to "1".

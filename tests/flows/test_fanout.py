@@ -103,7 +103,7 @@ def scenario(prefect_server, tiny_model, vllm_server, tmp_path_factory):
     cfg = write_tiny_config(base, {"name": "fanout-two-nodes",
         "target": {"model": str(tiny_model)}, "datagen": greedy,
         "fanout": {"pools": list(pools.values()), "shards": {"datagen": 2, "extract": 2}, "heartbeat_timeout_s": 15.0,
-                   "poll_interval_s": 1.0, "retries": 2}})
+                   "poll_interval_s": 1.0, "retries": 2}}, port_offsets=(0, OFFSET_B))
     config_path = base / "config.yaml"
     nodes, coordinators = {}, []
     for key, pool in pools.items():
