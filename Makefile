@@ -5,11 +5,11 @@ VENV        ?= .venv
 ENGINE_VENV ?= .venv-engine
 EAGLE3      := $(VENV)/bin/eagle3
 PYTEST_ARGS ?=
-# TEST_WORKERS=2 runs the suite on two pytest-xdist workers (tests/xdist_plan.py keeps each shared
-# server's tests on one worker, heaviest work first): 20-22 min instead of 34-37 on a 2-core box, but
-# not yet the default: two runs each had a test fail on a port the other worker's servers held
-# (bench/RESULTS.md). With 1, pytest runs as one process, as before.
-TEST_WORKERS ?= 1
+# The suite runs on two pytest-xdist workers: a 2-core box keeps both cores busy (one process kept one),
+# and tests/xdist_plan.py keeps each shared server's tests on one worker, heaviest work first; test ports
+# come from a block per worker (tests/ports.py). About 25 min instead of 34-37 (bench/RESULTS.md).
+# TEST_WORKERS=1 runs pytest as one process.
+TEST_WORKERS ?= 2
 # pip runs as the venv's real path: it writes the interpreter it runs as into every console script's
 # #! line, and a venv cached outside the checkout (.ci/run links one) must not name a checkout that
 # may be gone. PYTHONWARNINGS: setuptools' editable build warns at length about this layout.

@@ -66,7 +66,7 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """`make test TEST_WORKERS=2`: each shared server's tests on one worker, heaviest first (tests/xdist_plan.py)."""
+    """`make test` (two workers): each shared server's tests on one worker, heaviest first (tests/xdist_plan.py)."""
     return make_scheduler(config, log) if config.getvalue("dist") != "each" else None
 
 
@@ -231,7 +231,7 @@ def write_tiny_config(directory: Path, overrides: dict | None = None, run_dir: P
         raw["datagen"]["prompts"] = str((TINY_CONFIG.parent / raw["datagen"]["prompts"]).resolve())
     if check_files and Path(raw["target"]["model"]) == TINY_MODEL and engine_available():
         # The config's checks need the model's files. A test that never asked for `tiny_model` may
-        # run first on its worker (`make test TEST_WORKERS=2`); the build is locked, and a no-op once made.
+        # run first on its worker (`make test` runs two); the build is locked, and a no-op once made.
         from eagle3.tinymodel import ensure_tiny_model
 
         ensure_tiny_model(TINY_MODEL)

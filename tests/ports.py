@@ -13,7 +13,7 @@ _EPHEMERAL_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 
 
 def _worker_share() -> tuple[int, int]:
-    """(index, count) of this pytest-xdist worker (`make test TEST_WORKERS=2` runs the suite on two), (0, 1)
+    """(index, count) of this pytest-xdist worker (`make test` runs the suite on two), (0, 1)
     alone. The processes a test starts inherit the worker's variables, and with them its share."""
     worker, count = os.environ.get("PYTEST_XDIST_WORKER", ""), os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
     if worker.startswith("gw") and worker[2:].isdigit() and count.isdigit() and int(count) > 0:

@@ -1,4 +1,4 @@
-"""How `make test TEST_WORKERS=N` spreads the suite over N pytest-xdist workers.
+"""How `make test` (TEST_WORKERS=N, 2 by default) spreads the suite over N pytest-xdist workers.
 
 - One module runs on one worker, with its module-scoped fixtures built once.
 - Every module that uses a server the session shares (SHARED_SERVERS) runs on the same worker, so
