@@ -41,6 +41,9 @@ def port_block(share: tuple[int, int] | None = None) -> range:
     below, above = (_FLOOR, low), (high + 1, 65536)
     start, stop = max(below, above, key=lambda r: r[1] - r[0])
     span = (stop - start) // count
+    if span < 1000:
+        raise RuntimeError(f"{_EPHEMERAL_FILE} is {low}-{high}: fewer than 1000 test ports per worker outside it "
+                           f"({start}-{stop - 1} for {count} workers); narrow it or run with TEST_WORKERS=1")
     return range(start + index * span, start + (index + 1) * span)
 
 

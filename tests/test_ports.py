@@ -67,3 +67,6 @@ def test_the_ephemeral_range_is_read_from_the_kernel(monkeypatch, tmp_path):
     assert ports.port_block((0, 1)) == range(50001, 65536)
     (tmp_path / "range").write_text("40000 60999\n")
     assert ports.port_block((1, 2)) == range(30000, 40000)
+    (tmp_path / "range").write_text("1024 65000\n")  # nearly every port is ephemeral: said, not a bad port
+    with pytest.raises(RuntimeError, match="fewer than 1000 test ports per worker"):
+        ports.port_block((0, 2))
