@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import platform
-import signal
 import subprocess
 import sys
 import tempfile
@@ -32,35 +31,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 from tests.conftest import write_tiny_config  # noqa: E402  (the tests' tiny config: free ports, private shm)
-from tests.flows.flowkit import wait_until  # noqa: E402
+from tests.flows.flowkit import WORKER_STOP, base_env, stop_groups, wait_until  # noqa: E402
 
 EAGLE3 = str(Path(sys.executable).parent / "eagle3")
 PREFECT = str(Path(sys.executable).parent / "prefect")
-
-
-def _clean_env() -> dict:
-    return {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_") and k != "EAGLE3_PHASE_TABLE"}
 
 
 def _start(argv: list[str], env: dict, log: Path) -> subprocess.Popen:
     with open(log, "ab") as out:
         return subprocess.Popen(argv, env=env, cwd=REPO, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    # A `prefect worker` stays up after its first signal and ends on the second: no long first wait.
-    for sig, wait_s in ((signal.SIGTERM, 3), (signal.SIGINT, 10), (signal.SIGKILL, 10)):
-        if proc.poll() is not None:
-            return
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(wait_s)
-        except subprocess.TimeoutExpired:
-            pass
 
 
 NODE_PORT_STEP = 100  # node i adds NODE_PORT_STEP * i to every server port (own nodes; EAGLE3_PORT_OFFSET)
@@ -73,7 +53,7 @@ def own_nodes(home: Path, pools: list[str], started: list) -> str:
     from tests.ports import free_port
 
     url = f"http://127.0.0.1:{free_port()}/api"
-    env = _clean_env() | {"PREFECT_HOME": str(home), "PREFECT_API_URL": url, "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    env = base_env() | {"PREFECT_HOME": str(home), "PREFECT_API_URL": url, "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
                           "PREFECT_UI_ENABLED": "false", "PREFECT_WORKER_QUERY_SECONDS": "1"}
     started.append(_start([PREFECT, "server", "start", "--host", "127.0.0.1", "--port", url.split(":")[2].split("/")[0],
                            "--no-ui", "--analytics-off"], env, home / "server.log"))
@@ -143,13 +123,12 @@ def main(argv: list[str] | None = None) -> int:
                 url = own_nodes(Path(tmp) / "prefect", pools, started)
             # Both sides on the same Prefect server: only the fan-out differs.
             one = timed_datagen(Path(tmp) / "one-node", {"datagen": datagen, **engines},
-                                _clean_env() | {"PREFECT_API_URL": url}, len(pools))
+                                base_env() | {"PREFECT_API_URL": url}, len(pools))
             two = timed_datagen(Path(tmp) / "two-nodes", {"datagen": datagen, **engines, "fanout": {
-                "pools": pools, "shards": {"datagen": 2}, "poll_interval_s": 1.0}}, _clean_env() | {"PREFECT_API_URL": url},
+                "pools": pools, "shards": {"datagen": 2}, "poll_interval_s": 1.0}}, base_env() | {"PREFECT_API_URL": url},
                 len(pools))
         finally:
-            for proc in reversed(started):
-                _stop(proc)
+            stop_groups(started, WORKER_STOP)  # the workers end on their second signal
     result = {
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": f"{platform.node()}: {os.cpu_count()} cores, {platform.machine()}, no GPU (CPU vLLM)",
