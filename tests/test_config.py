@@ -43,6 +43,26 @@ def test_shipped_tiny_config_is_valid_once_built(tiny_model):
     assert result.exit_code == 0, result.output
 
 
+def test_the_demo_config_is_the_default_and_valid_once_its_model_is_built(request):
+    """`make demo` runs configs/smollm2-cpu.yaml, the CLI's default config: the real model, bf16, held-out bench prompts."""
+    from eagle3.config import DEFAULT_CONFIG
+
+    assert DEFAULT_CONFIG == REPO / "configs" / "smollm2-cpu.yaml"
+    cfg = load_config(DEFAULT_CONFIG, check_files=False)
+    assert cfg.target.model == REPO / "models" / "smollm2-135m" and cfg.cpu_rehearsal
+    assert cfg.bench.prompts.name == "heldout.jsonl" and cfg.datagen.prompts.name == "train.jsonl"
+    request.getfixturevalue("smollm2_model")  # built (or found current) by make-model
+    result = runner.invoke(app, ["validate", str(DEFAULT_CONFIG)])
+    assert result.exit_code == 0, result.output
+
+
+def test_the_real_model_gpu_profile_parses():
+    """It names paths that exist on the GPU machine only (the engine wrappers, the 16k prompt set)."""
+    cfg = load_config(REPO / "configs" / "h200-smollm2.yaml", check_files=False)
+    assert cfg.gpus == [0] and cfg.target.model == REPO / "models" / "smollm2-135m"
+    assert cfg.train.dry_run == "never"
+
+
 @pytest.mark.parametrize("example", sorted((REPO / "configs" / "examples").glob("*.yaml")), ids=lambda p: p.name)
 def test_example_configs_parse(example):
     """Examples for GPU nodes name paths that only exist there: check shape and cross-field rules."""

@@ -223,3 +223,20 @@ def test_a_load_generator_that_fails_at_import_is_caught_before_any_server(make_
     (site / "eagle3_test_hf_datasets.py").write_text("")  # the missing package installed
     c = check_load_generator(cfg, sup)
     assert c.status == PASS and "sglang.bench_serving" in c.reason, c
+
+
+def test_target_without_architectures_names_the_file_the_field_and_the_fix(make_config, tiny_model, tmp_path):
+    """A config.json converted from a GGUF has no `architectures`: the doctor says which file, which field
+    and what to add, before it spends an engine probe on it (the probe said only 'no model class for []')."""
+    target = _fake_target(tmp_path, "from-gguf", {"model_type": "llama", "num_hidden_layers": 8})
+    cfg = make_config({"target": {"model": str(target)}}, run_dir=tmp_path / "run")
+    sup = Supervisor(cfg.run_dir / "state")
+    t0 = time.monotonic()
+    [c] = check_target_support(cfg, sup, "vllm")
+    assert time.monotonic() - t0 < 5  # no engine was probed
+    assert c.status == FAIL and c.name == "target-support:vllm"
+    assert f"{target}/config.json" in c.reason and "`architectures`" in c.reason
+    assert '"architectures": ["LlamaForCausalLM"]' in c.fix and f"{target}/config.json" in c.fix
+    other = _fake_target(tmp_path, "odd", {"model_type": "odd_arch", "architectures": [], "num_hidden_layers": 8})
+    [c] = check_target_support(make_config({"target": {"model": str(other)}}, run_dir=tmp_path / "r2"), sup, "vllm")
+    assert c.status == FAIL and "<ModelClass>" in c.fix and "'odd_arch'" in c.fix

