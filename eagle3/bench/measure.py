@@ -1,5 +1,5 @@
-"""Measuring one server: warm-up, then one load-generator window per concurrency, with the server's
-spec-decode counters scraped right before and right after each window."""
+"""Measuring one server: warm-up, then bench.windows load-generator windows per concurrency (interleaved
+over the concurrencies), with the server's spec-decode counters scraped right before and right after each."""
 
 from __future__ import annotations
 
@@ -191,10 +191,13 @@ def measure_server(cfg: PipelineConfig, sup: Supervisor, label: str, k: int, dra
         progress.step(PHASE, f"{label}: warm-up ({b.warmup_prompts} requests, not measured)")
         record["warmup"] = _warmup(cfg, url, warmup_texts)
         windows = []
-        for c in b.concurrency:
-            before_window(c)
-            windows.append(_measure_window(cfg, client, proc, paths, url, label, k, c, dataset, num_prompts))
-            on_window()
+        for repeat in range(1, b.windows + 1):  # interleaved: drift within a server hits every concurrency alike
+            for c in b.concurrency:
+                before_window(c)
+                w = _measure_window(cfg, client, proc, paths, url, label, k, c, dataset, num_prompts,
+                                    tag=f"-w{repeat}" if b.windows > 1 else "")
+                windows.append({**w, "repeat": repeat})
+                on_window()
         record["windows"] = windows
         record["probes"] = []
         for p in probes if k else ():

@@ -34,25 +34,45 @@ def markdown(results: dict, plot_name: str | None = None) -> str:
         "per server, outside the measured windows",
         f"- acceptance: {results['acceptance_source']}",
         "",
-        "| config | concurrency | output tok/s | speedup | mean TPOT ms | TPOT speedup | acceptance % | "
-        "acceptance length | per position % | failed |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|",
+        f"- repeats: {results.get('windows', 1)} window(s) per server and concurrency, {results.get('rounds', 1)} "
+        "round(s) of server starts; each figure is the mean over its windows, [95 % interval] over them",
+        "",
+        "| config | concurrency | output tok/s | speedup | speedup [95 %] | verdict | mean TPOT ms | TPOT speedup | "
+        "acceptance % | acceptance length | per position % | windows | failed |",
+        "|---|---:|---:|---:|---|---|---:|---:|---:|---:|---|---:|---:|",
     ]
     for row in results["table"]:
         per_pos = "/".join(_f(x, 0) for x in row["per_position_pct"]) or "—"
+        ci = row.get("speedup_ci")
         lines.append(f"| {row['config']} | {row['concurrency']} | {_f(row['output_tok_s'], 1)} | "
-                     f"{_f(row['speedup'], 2, '×')} | {_f(row['mean_tpot_ms'])} | {_f(row['tpot_speedup'], 2, '×')} | "
+                     f"{_f(row['speedup'], 2, '×')} | {f'[{ci[0]:.2f}, {ci[1]:.2f}]' if ci else '—'} | "
+                     f"{row.get('verdict') or '—'} | {_f(row['mean_tpot_ms'])} | {_f(row['tpot_speedup'], 2, '×')} | "
                      f"{_f(row['acceptance_rate_pct'], 1)} | {_f(row['acceptance_length'])} | {per_pos} | "
-                     f"{row['failed']} |")
-    lines += ["", "**Best k per concurrency** (output tok/s vs the baseline at the same concurrency):", ""]
+                     f"{row.get('windows', 1)} | {row['failed']} |")
+    lines += ["", "**Best k per concurrency** (output tok/s vs the baseline at the same concurrency; decided only "
+                  "when the interval of the ratio excludes 1):", ""]
+    why = {(r["k"], str(r["concurrency"])): r.get("verdict_why") for r in results["table"]}
     for c, b in results["best_k"].items():
-        verdict = "" if b["beats_baseline"] else " — slower than no speculation"
-        lines.append(f"- concurrency {c}: k={b['k']} ({b['speedup']:.2f}×){verdict}")
+        decided = b.get("verdict") or ("faster" if b["beats_baseline"] else "not faster")
+        ci = b.get("speedup_ci")
+        shown = f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else ""
+        text = {"faster": "faster than no speculation", "not faster": "slower than no speculation"}.get(
+            decided, f"undecided: {why.get((b['k'], c)) or 'no interval'}")
+        lines.append(f"- concurrency {c}: k={b['k']} ({b['speedup']:.2f}×){shown} — {text}")
     if not results["best_k"]:
         lines.append("- (no speculative run to compare)")
     lines += ["", f"**Acceptance gate** ({gate['status']}): {gate['message']}"]
     if gate["likely_causes"]:
         lines += ["", "Likely causes:", *[f"- {c}" for c in gate["likely_causes"]]]
+    if results.get("aa"):
+        aa = results["aa"]
+        lines += ["", f"**A/A check** ({aa['status']}): {aa['message']}"]
+        if aa["rows"]:
+            lines += ["", "| config | concurrency | round | tok/s vs round 1 [95 %] | agrees |", "|---|---:|---:|---|---|"]
+            for r in aa["rows"]:
+                ci = f" [{r['ci'][0]:.3f}, {r['ci'][1]:.3f}]" if r["ci"] else " [no interval]"
+                lines.append(f"| {'k=' + str(r['k']) if r['k'] else 'baseline'} | {r['concurrency']} | {r['round']} | "
+                             f"{r['ratio']:.3f}{ci} | {'—' if r['agrees'] is None else ('yes' if r['agrees'] else 'no')} |")
     lines += gates_markdown(results.get("parity"), results.get("categories") or [])
     if results.get("watch"):
         lines += watch_markdown(results["watch"])

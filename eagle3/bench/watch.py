@@ -2,7 +2,10 @@
 scheduled rerun notices when something changed (a new engine release, driver, re-export, config edit).
 
 Figures, per (k, concurrency) (k = 0: the baseline), each with a 95 % interval from the run's own data:
-  output_tok_s, mean_tpot_ms  a bootstrap over the window's completed requests (vLLM's client saves
+  output_tok_s, mean_tpot_ms  with bench.windows >= 2 (or rounds >= 2): the mean over the windows and a
+                              t interval over them, which holds what varies between windows and, across
+                              rounds, between server starts. With one window: a bootstrap over the
+                              window's completed requests (vLLM's client saves
                               each request's output tokens, TTFT and latency): TPOT is the mean of the
                               per-request TPOTs, as the client computes it; throughput is scaled by the
                               resampled tokens/latency ratio. No per-request data (SGLang): no interval.
@@ -35,6 +38,9 @@ import json
 import math
 import random
 from pathlib import Path
+
+from .repeats import mean_interval
+from .stats import pool_windows
 
 Z = 1.96              # 95 % two-sided
 BOOTSTRAP = 1000      # resamples; seeded, so a result's intervals are the same on every read
@@ -140,14 +146,43 @@ def acceptance_figures(acc: dict | None, load: dict, seed: int = 0) -> dict:
 
 
 def figures(results: dict) -> dict[str, dict]:
-    """{"k3-c4": {"k", "concurrency", "output_tok_s", "mean_tpot_ms", "acceptance_length", "per_position"}}."""
-    out = {}
+    """{"k3-c4": {"k", "concurrency", "output_tok_s", "mean_tpot_ms", "acceptance_length", "per_position"}},
+    over every window of that point (all rounds). Speed: with >= 2 windows their mean and a t interval
+    over windows (what varies between windows and server starts; eagle3/bench/repeats.py), else the one
+    window's per-request bootstrap. Acceptance: the windows' counters pooled, the interval as above."""
+    points: dict[tuple[int, int], list[dict]] = {}
     for server in results.get("servers", []):
-        for i, w in enumerate(server.get("windows", [])):
-            k, c = server["k"], w["concurrency"]
-            out[f"k{k}-c{c}"] = {"k": k, "concurrency": c, **speed_figures(w["load"], seed=1000 * k + i),
-                                 **acceptance_figures(w.get("acceptance"), w["load"], seed=1000 * k + i + 500)}
+        for w in server.get("windows", []):
+            points.setdefault((server["k"], w["concurrency"]), []).append(w)
+    out = {}
+    for (k, c), windows in points.items():
+        seed = 1000 * k + c
+        if len(windows) > 1:
+            loads = [w["load"] for w in windows]
+            speed = {"output_tok_s": _from_repeats([x.get("output_throughput") for x in loads]),
+                     "mean_tpot_ms": _from_repeats([x.get("mean_tpot_ms") for x in loads])}
+        else:
+            speed = speed_figures(windows[0]["load"], seed=seed)
+        out[f"k{k}-c{c}"] = {"k": k, "concurrency": c, "windows": len(windows), **speed,
+                             **acceptance_figures(_pooled_acceptance(windows, results.get("engine", "vllm")),
+                                                  _merged_load(windows), seed=seed + 500)}
     return out
+
+
+def _from_repeats(values: list) -> dict:
+    m = mean_interval(values)
+    return _interval(m["value"], m["lo"], m["hi"], m["method"])
+
+
+def _pooled_acceptance(windows: list[dict], engine: str) -> dict | None:
+    return windows[0].get("acceptance") if len(windows) == 1 else pool_windows(windows, engine)
+
+
+def _merged_load(windows: list[dict]) -> dict:
+    if len(windows) == 1:
+        return windows[0]["load"]
+    requests = [r for w in windows for r in (w["load"].get("requests") or [])]
+    return {"completed": sum(w["load"].get("completed") or 0 for w in windows), "requests": requests or None}
 
 
 # ---- comparison ----------------------------------------------------------------------------------

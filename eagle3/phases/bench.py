@@ -1,9 +1,10 @@
 """Phase 4: speculative-decoding benchmark of the trained drafter against the no-speculation baseline.
 
 One server after another on the same GPUs: the target alone (baseline), then target + drafter for
-each k in bench.num_speculative_tokens, with the core GPU handoff between two servers. On each
-server: a warm-up outside the measured windows, then one run of the engine's own load generator
-(`vllm bench serve` / SGLang's bench_serving) per concurrency on held-out prompts, with the
+each k in bench.num_speculative_tokens, with the core GPU handoff between two servers; the whole
+sequence bench.rounds times (A B A B). On each server: a warm-up outside the measured windows, then
+bench.windows runs of the engine's own load generator (`vllm bench serve` / SGLang's bench_serving)
+per concurrency on held-out prompts, interleaved over the concurrencies, with the
 server's spec-decode counters scraped right before and right after each run; the deltas are
 the window's acceptance (eagle3/engines/metrics.py). vLLM's client runs all windows of a server
 in one process, started together with the server (eagle3/engines/loadgen.py).
@@ -41,7 +42,8 @@ from typing import Callable
 from .. import __version__
 from ..bench import watch as benchwatch
 from ..bench.gates import category_table, evaluate_parity, parity_error_text
-from ..bench.stats import best_k, evaluate_gate, gate_error_text, pooled_acceptance, table
+from ..bench.stats import best_k, evaluate_gate, gate_error_text, pooled_by_k, table
+from ..bench.repeats import rounds_agree
 from ..bench.provenance import drafter_checksum, platform
 from ..bench.trend import write_trend
 from ..config import PipelineConfig, num_hidden_layers
@@ -66,6 +68,12 @@ from ..bench.paths import BenchPaths, slug
 
 # ---- the phase -----------------------------------------------------------------------------------
 
+def _label(k: int, round_: int) -> str:
+    """A server's name: its config, and from the second round on the round too (A B A B)."""
+    name = f"k={k}" if k else "baseline"
+    return name if round_ == 1 else f"{name} (round {round_})"
+
+
 def _server_key(cfg: PipelineConfig, k: int, drafter: dict, prompts: dict, probes: list[dict] = ()) -> str:
     """What decides a server's numbers; a retried run reuses a finished server only if it matches."""
     drafter_cfg = ""
@@ -77,7 +85,7 @@ def _server_key(cfg: PipelineConfig, k: int, drafter: dict, prompts: dict, probe
     # Only what changes the measurement: a new floor or trained flag re-judges saved numbers
     # instead of re-measuring them.
     judged = ("acceptance_floor", "drafter_trained", "client_timeout_s", "num_speculative_tokens", "drafter",
-              "prompts", "watch", "first_position_floor")
+              "prompts", "watch", "first_position_floor", "rounds")
     bench = cfg.bench.model_dump(mode="json", exclude={**dict.fromkeys(judged, True),
                                                        "parity": {"min_fraction", "expected_full_acc"}})
     for field in ("api_key", "api_key_env", "api_key_secret_block"):
@@ -121,8 +129,8 @@ def run_bench(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | No
     client_name, _, _, write_dataset, ext = benchclient.CLIENTS[b.engine]
     dataset = write_dataset(paths.dir / f"prompts{ext}", prompts["texts"])
     probes = _probes(cfg, drafter, prompts, write_dataset, ext, paths)
-    plan = [("baseline", 0)] + [(f"k={k}", k) for k in b.num_speculative_tokens]
-    total, done = len(plan) * len(b.concurrency), [0]
+    plan = [(_label(k, n), k, n) for n in range(1, b.rounds + 1) for k in [0, *b.num_speculative_tokens]]
+    total, done = len(plan) * len(b.concurrency) * b.windows, [0]
     prog = PhaseProgress(PHASE, on_progress, unit="windows")
     prog(0, total)
 
@@ -135,21 +143,22 @@ def run_bench(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | No
                                    k=k, concurrency=c)
 
     runs, handoffs, last_started = [], [], None
-    for label, k in plan:
+    for i, (label, k, round_) in enumerate(plan, 1):
         key = _server_key(cfg, k, drafter, prompts, probes)
         saved = read_json(paths.servers / f"{slug(label)}.json")
         if saved and saved.get("key") == key:
             log.info("bench: reusing the finished %s server run from a previous attempt", label)
             runs.append(saved["run"])
-            for _ in b.concurrency:
+            for _ in range(len(b.concurrency) * b.windows):
                 tick()
             continue
         if last_started is not None:
             handoffs.append(_handoff(cfg, sup, last_started, label))
-        prog.step(f"server {plan.index((label, k)) + 1}/{len(plan)}: {label} ({b.engine}"
-                  + (f", drafter {drafter['path']}" if k else "") + ")")
+        prog.step(f"server {i}/{len(plan)}: {label} ({b.engine}" + (f", drafter {drafter['path']}" if k else "") + ")")
         run = measure_server(cfg, sup, label, k, drafter["path"] if k else None, dataset, prompts["count"],
-                             prompts["warmup_texts"], on_window=tick, before_window=announce(label, k), probes=probes)
+                             prompts["warmup_texts"], on_window=tick, before_window=announce(label, k),
+                             probes=probes if round_ == 1 else ())
+        run["round"] = round_
         last_started = label
         atomic_write_json(paths.servers / f"{slug(label)}.json", {"key": key, "run": run})
         runs.append(run)
@@ -222,7 +231,8 @@ def categories_of(prompts: dict) -> dict[str, list[int]]:
 def _parity(cfg: PipelineConfig, drafter: dict, runs: list[dict]) -> dict | None:
     if not cfg.bench.parity.enabled:
         return None
-    found = {r["k"]: next((p for p in r.get("probes", []) if p["kind"] == "parity"), None) for r in runs if r["k"]}
+    found = {r["k"]: next((p for p in r.get("probes", []) if p["kind"] == "parity"), None)
+             for r in runs if r["k"] and r.get("round", 1) == 1}  # probes are measured in the first round
     sample = next((p for p in found.values() if p), None)
     expected, source = parity_expectation(cfg, drafter)
     gate = evaluate_parity(expected, source, {k: p["window"]["acceptance"] if p else None for k, p in found.items()},
@@ -248,8 +258,8 @@ def training_temperature(drafter: dict) -> float | None:
 def _assemble(cfg: PipelineConfig, drafter: dict, prompts: dict, runs: list[dict], handoffs: list[dict],
               client_name: str) -> dict:
     b = cfg.bench
-    rows = table(runs)
-    pooled = {r["k"]: pooled_acceptance(r, b.engine) for r in runs if r["k"]}
+    rows = table(runs, b.engine)
+    pooled = pooled_by_k(runs, b.engine)
     notes = []
     if prompts["count"] < prompts["requested"]:
         notes.append(f"only {prompts['count']} benchmark prompts were available (bench.num_prompts is "
@@ -287,5 +297,6 @@ def _assemble(cfg: PipelineConfig, drafter: dict, prompts: dict, runs: list[dict
         "gate": evaluate_gate(pooled, bool(drafter["trained"]), b.acceptance_floor, best_k(rows), cfg.cpu_rehearsal,
                               b.first_position_floor), "notes": notes,
         "parity": _parity(cfg, drafter, runs),
-        "categories": category_table({r["k"]: r.get("probes", []) for r in runs if r["k"]}),
+        "categories": category_table({r["k"]: r.get("probes", []) for r in runs if r["k"] and r.get("probes")}),
+        "windows": b.windows, "rounds": b.rounds, "aa": rounds_agree(runs) if b.rounds > 1 else None,
     }

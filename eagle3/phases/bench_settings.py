@@ -52,8 +52,16 @@ class Bench(PhaseSettings):
     num_speculative_tokens: list[Annotated[int, Field(ge=1, le=16)]] = Field(
         default_factory=lambda: [3], description="Each k measured against the baseline; distinct, sorted.")
     concurrency: list[Annotated[int, Field(ge=1)]] = Field(
-        default_factory=lambda: [1, 4, 16], description="Each concurrency measured (one window each); distinct, "
-                                                        "sorted.")
+        default_factory=lambda: [1, 4, 16], description="Each concurrency measured (`windows` windows each); "
+                                                        "distinct, sorted.")
+    windows: int = Field(3, ge=1, le=50, description=(
+        "Windows per (server, concurrency), interleaved over the concurrencies. A speed figure is their mean "
+        "with a t interval; a speedup is decided (faster / not faster) only when its interval excludes 1, so "
+        "1 window leaves every speed verdict undecided. Cost: each window is num_prompts requests."))
+    rounds: int = Field(1, ge=1, le=10, description=(
+        "Times the whole server sequence (baseline, each k) is started and measured, in A B A B order, so "
+        "drift and server-start noise show in the intervals instead of posing as a difference; from 2 the "
+        "report also checks that the rounds agree (A/A). Cost: one server start per server per round."))
     num_prompts: int = Field(64, ge=1, description="Benchmark prompts per window.")
     max_tokens: int = Field(256, ge=1, description="Longest answer per request.")
     temperature: float = Field(0.0, ge=0, description="Sampling temperature of the benchmark requests.")
