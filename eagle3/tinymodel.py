@@ -15,7 +15,7 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .config import DEFAULT_CONFIG, EngineEnv, load_config
+from .config import TINY_CONFIG, EngineEnv, load_config
 from .errors import ConfigError
 from .fsio import atomic_write_json, file_lock, read_json, swap_in_dir
 from .process.services import LaunchSpec, Supervisor
@@ -65,9 +65,9 @@ def is_current(path: Path, spec: TinyModelSpec = TinyModelSpec()) -> bool:
 
 def default_engine() -> EngineEnv:
     """The engine environment the embedded tiny config names (interpreter and offline env vars)."""
-    engine = load_config(DEFAULT_CONFIG, check_files=False).engines.vllm
+    engine = load_config(TINY_CONFIG, check_files=False).engines.vllm
     if engine is None:
-        raise ConfigError(f"{DEFAULT_CONFIG}: engines.vllm is not set; the tiny-model builder runs with it")
+        raise ConfigError(f"{TINY_CONFIG}: engines.vllm is not set; the tiny-model builder runs with it")
     return engine
 
 

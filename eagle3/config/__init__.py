@@ -10,12 +10,12 @@
 
 from .checks import cross_checks, remote_binds, server_engines
 from .dirs import CHECKOUT, owned_dir_problem
-from .loading import DEFAULT_CONFIG, MAX_CONFIG_BYTES, MAX_STRING_CHARS, load_config, parse_config
+from .loading import DEFAULT_CONFIG, MAX_CONFIG_BYTES, TINY_CONFIG, MAX_STRING_CHARS, load_config, parse_config
 from .model import PipelineConfig, config_model
 from .target_model import default_aux_layer_ids, num_hidden_layers
 from .types import (PROTECTED_PROCESS_NAMES, EngineEnv, Engines, FsPath, Handoff, HiddenStates, PhaseSettings, Port, PositiveFloat, Server, Strict, Target, non_finite)
 
-__all__ = ["CHECKOUT", "DEFAULT_CONFIG", "MAX_CONFIG_BYTES", "MAX_STRING_CHARS", "PROTECTED_PROCESS_NAMES",
+__all__ = ["CHECKOUT", "DEFAULT_CONFIG", "TINY_CONFIG", "MAX_CONFIG_BYTES", "MAX_STRING_CHARS", "PROTECTED_PROCESS_NAMES",
            "EngineEnv", "Engines", "FsPath", "Handoff", "HiddenStates", "PhaseSettings",
            "PipelineConfig", "Port", "PositiveFloat", "Server", "Strict", "Target", "config_model", "cross_checks",
            "default_aux_layer_ids", "load_config", "non_finite", "num_hidden_layers", "owned_dir_problem",

@@ -175,4 +175,5 @@ def load_config(path: Path | str, check_files: bool = True) -> PipelineConfig:
     return parse_config(raw, path.resolve().parent, source=str(path), check_files=check_files)
 
 
-DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "smollm2-cpu.yaml"
+DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "smollm2-cpu.yaml"  # `make demo`: the real model
+TINY_CONFIG = DEFAULT_CONFIG.with_name("tiny-cpu.yaml")  # the random-weight target the tests rehearse on

