@@ -14,6 +14,7 @@
 #   bash bench/gpu_e2e.sh RESULTS online     # eagle3 run configs/h200-tiny-online.yaml (phase 1 reused)
 #   bash bench/gpu_e2e.sh RESULTS record     # rebuild RESULTS/gpu-e2e-summary.json and the raw record
 #   bash bench/gpu_e2e.sh RESULTS run-files  # RESULTS/run-files.tar.gz alone: every run's small files
+#   bash bench/gpu_e2e.sh RESULTS drafter-out  # the real run's drafter, less its embed_tokens copy, in pieces
 #
 # Env: STAGE (default /tmp/stage: bench/gpu_carry.sh's pieces, or the vLLM pieces part0* and pack-deps/),
 # VLLM_DEPS (the engine's wheels; default: the bundle's vllm-deps/ when there is one), SITE (default
@@ -147,6 +148,25 @@ PY
     fi
     run_config "$REPO/configs/h200-tiny-online.yaml" "$RESULTS/run-online.log"; rc=$? ;;
   record) rc=0 ;;
+  drafter-out)  # the real run's trained drafter, small enough to come back: without embed_tokens (vLLM shares
+    # the target's; speculators saves a frozen copy of it), in pieces of 15 MiB, into RESULTS/drafter/
+    mkdir -p "$RESULTS/drafter"
+    PYTHONPATH="$SITE/engine" python3 - "$REPO/runs/h200-smollm2" "$RESULTS/drafter" <<'PY' || exit 1
+import json, shutil, sys
+from pathlib import Path
+from safetensors.torch import load_file, save_file
+run, out = Path(sys.argv[1]), Path(sys.argv[2])
+ckpt = Path(json.loads((run / "train" / "manifest.json").read_text())["checkpoint"])
+tensors = load_file(str(ckpt / "model.safetensors"))
+tensors.pop("embed_tokens.weight", None)
+save_file(dict(sorted(tensors.items())), str(out / "model.safetensors"), metadata={"format": "pt"})
+for name in ("config.json", "eagle3-provenance.json"):
+    if (ckpt / name).is_file():
+        shutil.copy(ckpt / name, out / name)
+print(ckpt, sorted(tensors))
+PY
+    (cd "$RESULTS/drafter" && split -b 15M -d model.safetensors model.safetensors.part && rm model.safetensors &&
+     ls -l) ; exit 0 ;;
   wrappers) wrappers; exit 0 ;;  # the engine wrappers alone (bench/gpu_sglang.sh's configs name them too)
   run-files) run_files; exit 0 ;;  # the runs' small files alone (bench/gpu_sglang.sh's collect step)
   *) echo "unknown step $STEP" >&2; exit 2 ;;
