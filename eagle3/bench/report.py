@@ -61,6 +61,13 @@ def markdown(results: dict, plot_name: str | None = None) -> str:
         lines.append(f"- concurrency {c}: k={b['k']} ({b['speedup']:.2f}×){shown} — {text}")
     if not results["best_k"]:
         lines.append("- (no speculative run to compare)")
+    costs = [r for r in results["table"] if r.get("step_cost")]
+    if costs:
+        lines += ["", "**Step cost** (one speculative step's time in plain decode steps: TPOT × acceptance length ÷ "
+                      "the baseline's TPOT; a speedup s needs an acceptance length of s × that cost):", ""]
+        lines += [f"- k={r['k']}, concurrency {r['concurrency']}: a step costs {r['step_cost']:.2f} plain steps; 1.3× "
+                  f"needs acceptance length {r['length_needed']:.2f} (measured {r['acceptance_length']:.2f}, at most "
+                  f"{r['k'] + 1})" for r in costs]
     lines += ["", f"**Acceptance gate** ({gate['status']}): {gate['message']}"]
     if gate["likely_causes"]:
         lines += ["", "Likely causes:", *[f"- {c}" for c in gate["likely_causes"]]]

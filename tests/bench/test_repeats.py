@@ -187,3 +187,23 @@ def test_the_bench_phase_runs_rounds_in_a_b_a_b_order_and_reports_the_a_a_check(
     assert summary.details["best_k"]["1"]["beats_baseline"] is True
     report = paths.report.read_text()
     assert "**A/A check** (agree)" in report and "2 window(s) per server and concurrency, 2 round(s)" in report
+
+
+def test_the_step_cost_arithmetic_of_the_h200_record():
+    """The operator's H200 run of the real model: baseline TPOT 1.87 ms, k=3 TPOT 1.75 ms at acceptance
+    length 2.38: a step costs 2.38 x 1.75 / 1.87 = 2.23 plain steps, so 1.3x needs a length of 2.90."""
+    acc = acceptance(SpecCounters(100, 300, 138, (64, 43, 31))).to_dict()
+    base = {"concurrency": 1, "load": {"output_throughput": 534.8, "mean_tpot_ms": 1.87, "completed": 64,
+                                       "failed": 0}, "acceptance": None}
+    spec = {"concurrency": 1, "load": {"output_throughput": 571.4, "mean_tpot_ms": 1.75, "completed": 64,
+                                       "failed": 0}, "acceptance": acc}
+    [_, row] = table([{"label": "baseline", "k": 0, "windows": [base]}, {"label": "k=3", "k": 3, "windows": [spec]}])
+    assert row["step_cost"] == pytest.approx(2.227, abs=1e-3) and row["length_needed"] == pytest.approx(2.896, abs=1e-3)
+    results = {"pipeline": "p", "created_at": "t", "config_hash": "c", "bench_config_hash": "b", "engine": "vllm",
+               "engine_version": "0.25.0", "bench_client": "x", "acceptance_source": "x",
+               "target": {"model": "/m", "served_name": "m"}, "drafter": {"path": "/d", "trained": True, "source": "s"},
+               "prompts": {"count": 64, "path": "/p", "selection": "held out"},
+               "sampling": {"temperature": 0.0, "max_tokens": 128, "ignore_eos": False, "warmup_prompts": 4},
+               "table": [row], "best_k": {}, "gate": {"status": "passed", "message": "m", "likely_causes": []}}
+    assert ("k=3, concurrency 1: a step costs 2.23 plain steps; 1.3× needs acceptance length 2.90 (measured 2.38, "
+            "at most 4)") in markdown(results)
