@@ -134,8 +134,8 @@ def run_bench(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | No
     prog = PhaseProgress(PHASE, on_progress, unit="windows")
     prog(0, total)
 
-    def tick() -> None:
-        done[0] += 1
+    def tick(windows: int = 1) -> None:
+        done[0] += windows
         prog(done[0], total)
 
     def announce(label: str, k: int) -> Callable[[int], None]:
@@ -149,8 +149,7 @@ def run_bench(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | No
         if saved and saved.get("key") == key:
             log.info("bench: reusing the finished %s server run from a previous attempt", label)
             runs.append(saved["run"])
-            for _ in range(len(b.concurrency) * b.windows):
-                tick()
+            tick(len(b.concurrency) * b.windows)
             continue
         if last_started is not None:
             handoffs.append(_handoff(cfg, sup, last_started, label))
