@@ -20,8 +20,9 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from tasks.artifact_keys import artifact_key
 
 # Table columns, in display order; per-position rates are joined into one cell ("100/95/80").
-COLUMNS = ("config", "k", "concurrency", "output_tok_s", "speedup", "mean_tpot_ms", "tpot_speedup", "mean_ttft_ms",
-           "acceptance_rate_pct", "acceptance_length", "per_position_pct", "completed", "failed")
+COLUMNS = ("config", "k", "concurrency", "output_tok_s", "speedup", "speedup_ci", "verdict", "mean_tpot_ms",
+           "tpot_speedup", "mean_ttft_ms", "acceptance_rate_pct", "acceptance_length", "per_position_pct", "windows",
+           "completed", "failed")
 
 
 def table_rows(summary: dict) -> list[dict]:
@@ -29,6 +30,7 @@ def table_rows(summary: dict) -> list[dict]:
     for row in summary.get("table", []):
         out = {c: row.get(c) for c in COLUMNS}
         out["per_position_pct"] = "/".join(f"{p:.0f}" for p in row.get("per_position_pct") or []) or None
+        out["speedup_ci"] = "[{:.2f}, {:.2f}]".format(*row["speedup_ci"]) if row.get("speedup_ci") else None
         rows.append(out)
     return rows
 

@@ -107,7 +107,7 @@ def table(runs: list[dict], engine: str = "vllm") -> list[dict]:
             "mean_tpot_ms": _r(tpot["value"]), "mean_tpot_ms_ci": _ci(tpot), "tpot_speedup": _r(tpot_ratio, 3),
             "mean_ttft_ms": _r(ttft["value"]),
             "acceptance_rate_pct": _r(rate * 100 if rate is not None else None),
-            "acceptance_length": _r(acc.get("acceptance_length"), 3),
+            "acceptance_length": _r(length, 3),
             "per_position_pct": [_r(p * 100) for p in acc.get("per_position") or []],
             "completed": sum(x["completed"] for x in loads), "failed": sum(x["failed"] for x in loads),
         })

@@ -46,6 +46,7 @@ def test_publish_bench_artifacts(prefect_server, tmp_path):
     rows = json.loads(table.data) if isinstance(table.data, str) else table.data
     assert len(rows) == 6 and rows[4]["config"] == "k=3" and rows[4]["speedup"] == 1.8
     assert rows[4]["per_position_pct"] == "60/40/20"  # one cell per row, readable in the UI
+    assert rows[4]["verdict"] == "undecided" and rows[4]["windows"] == 1  # one window decides nothing
     (md,) = _artifacts(artifact_key(name, "bench", "report"))
     assert "| k=3 | 1 | 180.0 | 1.80× |" in md.data
     assert f"![throughput, TPOT and acceptance](data:image/png;base64,{base64.b64encode(plot.read_bytes()).decode()})" \
