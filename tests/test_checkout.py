@@ -23,7 +23,7 @@ SYMLINK_MODE = "120000"
 # measurement records (the README's numbers are backed by them) and the trainer's own metadata in a
 # fixture checkpoint (`name_or_path`, which no loader here reads).
 RECORDED = ("tests/gpu/results-*.jsonl", "bench/results/*.json", "bench/results/gpu-*", "bench/results/sglang-*",
-            "bench/results/smollm2-*", "bench/results/bench-rounds-*",
+            "bench/results/smollm2-*", "bench/results/bench-rounds-*", "bench/results/demo-*.log",
             "tests/fixtures/bench-history/*.json",
             "tests/fixtures/eagle3-tiny/drafter-trained/config.json")
 
