@@ -13,7 +13,6 @@ import hashlib
 import json
 import shutil
 import subprocess
-import sys
 import zipfile
 from pathlib import Path
 

@@ -31,6 +31,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import torch  # noqa: E402
 from gguf import GGUFReader  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
+import transformers  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
 # The config keys a Llama-family serving engine reads; everything else transformers adds (GGUF
@@ -158,7 +159,6 @@ def main() -> int:
     params = write_weights(model, args.out, getattr(torch, args.dtype))
     write_config(model, args.out, args.architecture, ids, args.dtype)
     del model
-    import transformers
     report = {"gguf_special_ids": ids, "gguf_pre_tokenizer": fields.get("tokenizer.ggml.pre"), "parameters": params, "transformers": transformers.__version__,
               "torch": torch.__version__, **probe(args.out, args.probe, args.probe_tokens)}
     print(json.dumps(report))
