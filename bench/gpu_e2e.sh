@@ -15,6 +15,8 @@
 #   bash bench/gpu_e2e.sh RESULTS record     # rebuild RESULTS/gpu-e2e-summary.json and the raw record
 #   bash bench/gpu_e2e.sh RESULTS run-files  # RESULTS/run-files.tar.gz alone: every run's small files
 #   bash bench/gpu_e2e.sh RESULTS drafter-out  # the real run's drafter, less its embed_tokens copy, in pieces
+#   KS="2 4" bash bench/gpu_e2e.sh RESULTS ksweep  # the real run's drafter benchmarked at more k (one round,
+#                                            # concurrency 1): each k's measured step cost
 #
 # Env: STAGE (default /tmp/stage: bench/gpu_carry.sh's pieces, or the vLLM pieces part0* and pack-deps/),
 # VLLM_DEPS (the engine's wheels; default: the bundle's vllm-deps/ when there is one), SITE (default
@@ -113,6 +115,7 @@ run_config() {  # CONFIG LOG: one `eagle3 run` within BUDGET_S; a rerun resumes 
 record() {
   PYTHONPATH="$PACK_PATH" python3 "$REPO/bench/gpu_e2e_record.py" --results "$RESULTS" \
     --run real="$REPO/runs/h200-smollm2" --config real="$REPO/configs/h200-smollm2.yaml" \
+    --run ksweep="$REPO/runs/h200-smollm2-ksweep" --config ksweep="$REPO/configs/.h200-smollm2-ksweep.yaml" \
     --run offline="$REPO/runs/h200-tiny" --run online="$REPO/runs/h200-tiny-online" \
     --config offline="$REPO/configs/h200-tiny.yaml" --config online="$REPO/configs/h200-tiny-online.yaml"
   run_files
@@ -151,6 +154,23 @@ print(f"online run: reused {len(kept)} of {len(rows)} phase-1 rows")
 PY
     fi
     run_config "$REPO/configs/h200-tiny-online.yaml" "$RESULTS/run-online.log"; rc=$? ;;
+  ksweep)
+    # The real run's drafter at the k in KS, each against a baseline of its own server sequence (one round
+    # of two windows at concurrency 1): what a step costs at each k, and so the acceptance each k needs.
+    # A config derived from the real profile (same dir, so its relative paths hold), in a run dir of its own.
+    PYTHONPATH="$PACK_PATH" python3 - "$REPO" "${KS:-2 4}" <<'PY' || exit 1
+import json, sys
+from pathlib import Path
+from eagle3.safe_yaml import load as load_yaml
+import yaml
+repo, ks = Path(sys.argv[1]), [int(k) for k in sys.argv[2].split()]
+raw = load_yaml((repo / "configs/h200-smollm2.yaml").read_text(), "configs/h200-smollm2.yaml")
+manifest = json.loads((repo / "runs/h200-smollm2/train/manifest.json").read_text())
+raw.update(name="h200-smollm2-ksweep", run_dir="../runs/h200-smollm2-ksweep")
+raw["bench"].update(drafter=manifest["checkpoint"], num_speculative_tokens=ks, rounds=1, windows=2, concurrency=[1])
+(repo / "configs/.h200-smollm2-ksweep.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+PY
+    run_config "$REPO/configs/.h200-smollm2-ksweep.yaml" "$RESULTS/run-ksweep.log"; rc=$? ;;
   record) rc=0 ;;
   drafter-out)  # the real run's trained drafter, small enough to come back: without embed_tokens (vLLM shares
     # the target's; speculators saves a frozen copy of it), in pieces of 15 MiB, into RESULTS/drafter/
