@@ -18,7 +18,6 @@ from .config import PipelineConfig, default_aux_layer_ids, num_hidden_layers, re
 from .config.target_model import target_config
 from .errors import ConfigError, PipelineError
 from .fsio import atomic_write_json, read_json
-from .layout import RunLayout, state_dir
 from .engines import benchclient, trainer_compat
 from .engines.probe import import_errors, inspect_engine
 from .process.services import Supervisor
@@ -221,7 +220,7 @@ def check_ports(cfg: PipelineConfig, sup: Supervisor | None = None) -> Check:
     from .handoff.holders import Ownership, port_holders
 
     ports = ports_for(cfg, None, None)
-    sup = sup or Supervisor(state_dir(cfg.run_dir))
+    sup = sup or Supervisor(cfg.layout.state)
     ownership = Ownership.build(sup.registry.token, sup.registry.entries(), cfg.handoff.protected_process_names)
     listeners = port_holders(ports, ownership)
     if not listeners:
@@ -320,7 +319,7 @@ def _gb(n: float) -> str:
 # ---- entry point ------------------------------------------------------------------------------
 
 def run_doctor(cfg: PipelineConfig, sup: Supervisor | None = None, engines: bool = True) -> list[Check]:
-    sup = sup or Supervisor(state_dir(cfg.run_dir))
+    sup = sup or Supervisor(cfg.layout.state)
     checks: list[Check] = []
     progress.emit(progress.Event("preflight", progress.START, message="doctor: GPUs, model files, ports, disk, "
                                  f"layers{', engine probes (seconds each)' if engines else ''}"))
@@ -349,7 +348,7 @@ def run_doctor(cfg: PipelineConfig, sup: Supervisor | None = None, engines: bool
         timed(check_load_generator, cfg, sup)
         timed(check_trainer, cfg, sup)
     timed(check_drafter, cfg)
-    atomic_write_json(RunLayout(cfg.run_dir).doctor / "report.json", [asdict(c) for c in checks])
+    atomic_write_json(cfg.layout.doctor / "report.json", [asdict(c) for c in checks])
     counts = {s: sum(1 for c in checks if c.status == s) for s in (PASS, WARN, FAIL)}
     progress.emit(progress.Event("preflight", progress.END, ok=not counts[FAIL],
                                  message=", ".join(f"{n} {s}" for s, n in counts.items() if n)))

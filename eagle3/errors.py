@@ -7,13 +7,17 @@ from typing import Any
 
 
 class PipelineError(Exception):
-    """Base of every error the pack raises on purpose."""
+    """Base of every error the pack raises on purpose. `exit_code`: the CLI's exit status for it
+    (mapped in one place, eagle3/cli/common.py: exit_code)."""
 
     retryable = False
+    exit_code = 1  # a step failed (a gate, a handoff, a service, the doctor)
 
 
 class ConfigError(PipelineError):
     """Bad input: retrying cannot help; the message names the field and the fix."""
+
+    exit_code = 2
 
 
 class GateError(PipelineError):

@@ -20,6 +20,7 @@
       shards.json                                 the coordinator's view of a fanned-out phase's shards
       heartbeat.json                              (a shard's run dir) rewritten every few seconds while it runs
       prefect-results/                            the Prefect cache's stored phase results
+      configs/<run id>.yaml                       the config each run started with, pinned (eagle3.config.pinned)
 
 A Supervisor takes a state dir, not a run dir (tools that have no run dir give it a scratch
 folder), so the registry's file names are constants here too.
@@ -101,6 +102,13 @@ class RunLayout:
     @property
     def prefect_results(self) -> Path:
         return self.state / "prefect-results"
+
+    @property
+    def pinned_configs(self) -> Path:
+        return self.state / "configs"
+
+    def pinned_config(self, run_id: str) -> Path:
+        return self.pinned_configs / f"{run_id}.yaml"
 
     def done_marker(self, phase: str) -> Path:
         return self.state / f"{phase}.done.json"

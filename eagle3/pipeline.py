@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-import json
 import logging
 import shutil
 import time
@@ -25,14 +24,11 @@ from . import __version__, phase_table, progress
 from .config import PipelineConfig
 from .errors import ConfigError
 from .fsio import atomic_write_json, fsync_dir, read_json
+from .marker import DoneMarker
 from .phases import PhaseSummary, phase_lock
 from .process.services import Supervisor
 
 log = logging.getLogger("eagle3.pipeline")
-
-
-def state_dir(cfg: PipelineConfig) -> Path:
-    return cfg.layout.state
 
 
 def supervisor(cfg: PipelineConfig) -> Supervisor:
@@ -65,8 +61,8 @@ def code_version(phase: str) -> str:
     return f"{__version__}+{hashlib.sha256(source).hexdigest()[:12]}"
 
 
-def done_marker(cfg: PipelineConfig, phase: str) -> dict | None:
-    return read_json(_marker_path(cfg, phase))
+def done_marker(cfg: PipelineConfig, phase: str) -> DoneMarker | None:
+    return DoneMarker.from_dict(read_json(_marker_path(cfg, phase)))
 
 
 def done_key(cfg: PipelineConfig, phase: str, upstream: str | None) -> str:
@@ -90,6 +86,17 @@ def upstream_of(cfg: PipelineConfig, phase: str) -> str | None:
 FROM_RUN_DIR = object()  # the upstream fingerprint comes from the run dir's own upstream marker
 
 
+def upstream_fingerprint(cfg: PipelineConfig, phase: str, produced: dict[str, str] | None = None) -> str | None:
+    """The one upstream rule (the flow, the fan-out and run_phase all use it): the fingerprint of the
+    output `phase` consumes under this config: the one this run just produced, else the run dir's
+    finished one; None when it consumes none, or when its upstream is not finished (run_phase then
+    refuses, saying what to run first)."""
+    up = upstream_of(cfg, phase)
+    if up is None:
+        return None
+    return (produced or {}).get(up) or output_fingerprint(cfg, up)
+
+
 def is_done(cfg: PipelineConfig, phase: str, upstream=FROM_RUN_DIR) -> bool:
     """Done for this config; `upstream` (a fingerprint) replaces the run dir's own upstream marker
     for a run dir that has none: a shard's, whose upstream is the run's."""
@@ -99,13 +106,13 @@ def is_done(cfg: PipelineConfig, phase: str, upstream=FROM_RUN_DIR) -> bool:
     if upstream is FROM_RUN_DIR:
         up = upstream_of(cfg, phase)
         upstream = output_fingerprint(cfg, up) if up else None
-    return (_key(marker.get("config"), marker.get("upstream")) == done_key(cfg, phase, upstream)
+    return (_key(marker.config, marker.upstream) == done_key(cfg, phase, upstream)
             and not phase_table.get(phase).missing_outputs(cfg.phase_dir(phase)))
 
 
 def output_fingerprint(cfg: PipelineConfig, phase: str) -> str | None:
     marker = done_marker(cfg, phase)
-    return marker.get("fingerprint") if marker else None
+    return marker.fingerprint if marker else None
 
 
 def require_upstream(cfg: PipelineConfig, phase: str) -> str | None:
@@ -131,7 +138,7 @@ def clear_phase(cfg: PipelineConfig, phase: str) -> None:
 
 def run_phase(cfg: PipelineConfig, phase: str, sup: Supervisor | None = None, force: bool = False,
               on_progress: progress.ProgressFn | None = None, force_token: str | None = None,
-              options: dict | None = None, upstream=FROM_RUN_DIR, body=None) -> dict:
+              options: dict | None = None, upstream=FROM_RUN_DIR, body=None) -> DoneMarker:
     """Run one phase to completion (resuming what a previous attempt left) and mark it done, under
     the phase's lock (a second process on the same phase gets RunDirBusy at once). Every way of
     running a phase comes here: the flow's task, `eagle3 run`, `eagle3 <phase>`.
@@ -148,15 +155,15 @@ def run_phase(cfg: PipelineConfig, phase: str, sup: Supervisor | None = None, fo
 
 def _run_locked(cfg: PipelineConfig, phase: str, sup: Supervisor | None, force: bool,
                 on_progress: progress.ProgressFn | None, force_token: str | None, options: dict, upstream,
-                body) -> dict:
-    if upstream is FROM_RUN_DIR:
-        upstream = require_upstream(cfg, phase)
-    marker = done_marker(cfg, phase) or {}
+                body) -> DoneMarker:
+    if upstream is FROM_RUN_DIR or (upstream is None and upstream_of(cfg, phase)):
+        upstream = require_upstream(cfg, phase)  # given none where one is needed: the run dir's, or a clear error
+    marker = done_marker(cfg, phase)
     started = read_json(_started_path(cfg, phase)) or {}
-    if force and (force_token is None or marker.get("force_token") != force_token):
+    if force and (force_token is None or marker is None or marker.force_token != force_token):
         clear_phase(cfg, phase)
-    elif is_done(cfg, phase, upstream):
-        progress.note(phase, f"already done for this config (output {marker.get('fingerprint')}); skipped")
+    elif marker and is_done(cfg, phase, upstream):
+        progress.note(phase, f"already done for this config (output {marker.fingerprint}); skipped")
         return marker
     elif started and started.get("upstream") != upstream:
         # Output (finished or partial) derived from an upstream that has since been redone: stale.
@@ -182,12 +189,11 @@ def _run_locked(cfg: PipelineConfig, phase: str, sup: Supervisor | None, force: 
     if not isinstance(summary, PhaseSummary):
         raise TypeError(f"phase {phase!r} ({phase_table.get(phase).run}) returned {type(summary).__name__}; "
                         "a phase returns an eagle3.phases.PhaseSummary")
-    marker = {"phase": phase, "config": cfg.fingerprint(phase), "upstream": upstream, "code": code_version(phase),
-              "started_at": t0, "finished_at": time.time(), "summary": summary.to_dict(),
-              "force_token": force_token if force else None}
-    marker["fingerprint"] = hashlib.sha256(json.dumps(marker, sort_keys=True, default=str).encode()).hexdigest()[:16]
-    atomic_write_json(_marker_path(cfg, phase), marker)
-    progress.emit(progress.Event(phase, progress.END, message=f"output {marker['fingerprint']}"))
-    log.info("phase %s: done in %.1f s (output %s)", phase, marker["finished_at"] - t0, marker["fingerprint"])
+    marker = DoneMarker.sealed(phase=phase, config=cfg.fingerprint(phase), upstream=upstream, code=code_version(phase),
+                               started_at=t0, finished_at=time.time(), summary=summary.to_dict(),
+                               force_token=force_token if force else None)
+    atomic_write_json(_marker_path(cfg, phase), marker.to_dict())
+    progress.emit(progress.Event(phase, progress.END, message=f"output {marker.fingerprint}"))
+    log.info("phase %s: done in %.1f s (output %s)", phase, marker.finished_at - t0, marker.fingerprint)
     return marker
 

@@ -16,9 +16,10 @@ from prefect.runtime import flow_run
 
 from eagle3 import phase_table
 from eagle3.config import load_config, remote_binds
+from eagle3.config.pinned import pin
 from eagle3.errors import GateError
 from eagle3.process.lease import LeaseBusy, hold
-from eagle3.pipeline import is_done, output_fingerprint, supervisor
+from eagle3.pipeline import is_done, supervisor, upstream_fingerprint
 from eagle3.progress.display import unattended_lines
 from eagle3.run.record import recording
 from tasks.artifact_keys import artifact_key
@@ -72,6 +73,8 @@ def teardown(flow, flow_run, state) -> None:
     if not Path(config_path).is_absolute() and not Path(config_path).exists():
         config_path = REPO / config_path  # hooks may run outside the deployment's working directory
     cfg = load_config(config_path, check_files=False)
+    if (pinned := cfg.layout.pinned_config(str(flow_run.id))).is_file():
+        cfg = load_config(pinned, check_files=False)  # what this run started with, not the YAML's edits since
     from prefect.logging.loggers import flow_run_logger
 
     logger = flow_run_logger(flow_run, flow)
@@ -96,8 +99,9 @@ def result_storage(cfg) -> Path:
 
 def run_phases(config_path: str, phases: list[str], force: list[str], doctor: bool = True,
                lease_wait_s: float = 0.0) -> dict:
-    """Under the run's leases (run dir, GPUs): the start handoff first (it ends what a dead earlier
-    run left), then the doctor, then each phase with a handoff after it. Recorded for `eagle3 status`
+    """Under the run's leases (run dir, GPUs), with the config pinned for the run (eagle3.config.pinned):
+    the start handoff first (it ends what a dead earlier run left), then the doctor, then each phase
+    with a handoff after it. Recorded for `eagle3 status`
     (run.json, progress.json) by the lease holder only, with progress lines in the run's log unless a
     terminal already shows them (`eagle3 run`)."""
     route_pack_logs()
@@ -108,8 +112,13 @@ def run_phases(config_path: str, phases: list[str], force: list[str], doctor: bo
     # node too, through its pool's worker, under the same node-wide GPU leases).
     gpus = [] if fanned_phases(cfg, phases) else list(cfg.gpus)
     with hold(cfg.run_dir, gpus, lease_wait_s):
-        with recording(cfg, config_path, phases), unattended_lines(get_run_logger().info):
-            return _run_phases(cfg, config_path, phases, force, doctor)
+        # Pinned under the lease: every task, shard, handoff and retry of this run reads the pinned copy.
+        pinned = pin(config_path, str(flow_run.id))
+        for line in pinned.changes:
+            get_run_logger().warning("config changed since the run dir's last run: %s", line)
+        with recording(pinned.cfg, config_path, phases, pinned=str(pinned.path)), \
+                unattended_lines(get_run_logger().info):
+            return _run_phases(pinned.cfg, str(pinned.path), phases, force, doctor)
 
 
 def _publish(cfg, phase: str, details: dict) -> None:
@@ -142,8 +151,7 @@ def _run_phases(cfg, config_path: str, phases: list[str], force: list[str], doct
     if doctor:
         preflight(config_path)
     for phase in phases:
-        up = phase_table.get(phase).upstream
-        upstream = results[up]["fingerprint"] if up in results else (output_fingerprint(cfg, up) if up else None)
+        upstream = upstream_fingerprint(cfg, phase, {p: r["fingerprint"] for p, r in results.items()})
         forced = phase in force
         refresh = forced or not is_done(cfg, phase)  # a cache entry is only trusted while the output exists
         try:

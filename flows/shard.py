@@ -49,12 +49,12 @@ def eagle3_shard(config_path: str, phase: str, index: int, count: int, upstream:
 
     try:
         with progress_artifact(cfg.name, phase, shard.label), unattended_lines(logger.info):
-            marker = run_shard(cfg, shard, upstream, handoff=handoff, where=where, force=force,
+            marker, node = run_shard(cfg, shard, upstream, handoff=handoff, where=where, force=force,
                                force_token=force_token, config_path=config_path)
     except Exception as e:  # noqa: BLE001 - the coordinator needs to know whether another node could do better
         if getattr(e, "retryable", False):
             raise
         logger.error("%s failed: %s: %s", shard.label, type(e).__name__, e)
         return Failed(message=f"{NOT_RETRYABLE}on host {socket.gethostname()}: {type(e).__name__}: {e}")
-    logger.info("%s done on %s (output %s)", shard.label, marker["node"]["host"], marker["fingerprint"])
-    return {"fingerprint": marker["fingerprint"], "node": marker["node"], "summary": marker["summary"]}
+    logger.info("%s done on %s (output %s)", shard.label, node["host"], marker.fingerprint)
+    return {"fingerprint": marker.fingerprint, "node": node, "summary": marker.summary}

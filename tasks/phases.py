@@ -18,8 +18,9 @@ from tasks.fanout import fanned_out
 
 
 def phase_cache_key(context, parameters) -> str:
-    """The DONE marker's key (eagle3.pipeline.done_key): a cached result stands for exactly the
-    output a valid marker stands for, and the flow refreshes the cache whenever no valid marker
+    """The DONE marker's key (eagle3.pipeline.done_key), from the same pinned config and the same
+    upstream fingerprint the task hands run_phase: a cached result stands for exactly the output a
+    valid marker stands for, and the flow refreshes the cache whenever no valid marker
     exists (deleted output, a redone upstream), so the cache never says "done" when the marker does not."""
     cfg = load_config(parameters["config_path"], check_files=False)
     phase = parameters["phase"]
@@ -66,7 +67,7 @@ def phase_task(config_path: str, phase: str, upstream: str | None = None, force:
         logger.info("retry %s of phase %s: resuming from what the previous attempt left", task_run.run_count, phase)
     try:
         with progress_artifact(cfg.name, phase):
-            marker = run_phase(cfg, phase, force=force, force_token=force_token,
+            marker = run_phase(cfg, phase, force=force, force_token=force_token, upstream=upstream,
                                body=fanned_out(cfg, config_path, phase, upstream, force, force_token))
     except Exception as exc:
         if getattr(exc, "retryable", False) and failures.record(cfg.run_dir, phase, exc):
@@ -75,12 +76,12 @@ def phase_task(config_path: str, phase: str, upstream: str | None = None, force:
                          phase, failures.signature(exc).split(" ", 1)[1])
         raise
     failures.clear(cfg.run_dir, phase)
-    summary = marker["summary"]  # eagle3.phases.PhaseSummary.to_dict()
+    summary = marker.summary  # eagle3.phases.PhaseSummary.to_dict()
     details = summary["details"]
     lines = "\n".join(f"| {k} | {v} |" for k, v in details.items() if not isinstance(v, (dict, list)))
     create_markdown_artifact(key=artifact_key(cfg.name, phase),
                              markdown=f"### {phase} done\n\n{summary['headline']}\n\n"
                                       f"| item | value |\n|---|---|\n{lines}\n",
                              description=f"{cfg.name}: {phase} summary")
-    logger.info("phase %s done (output %s)", phase, marker["fingerprint"])
-    return {"phase": phase, "fingerprint": marker["fingerprint"], "summary": summary}
+    logger.info("phase %s done (output %s)", phase, marker.fingerprint)
+    return {"phase": phase, "fingerprint": marker.fingerprint, "summary": summary}

@@ -37,10 +37,10 @@ def test_run_phase_holds_the_lock_and_records_the_summary(make_config):
     with phase_table.using(with_runs({"datagen": f"{__name__}:locked_phase"}, PIPELINE)):
         marker = run_phase(cfg, "datagen", supervisor(cfg))
     assert SEEN["lock"] == "held", "the body runs under the phase lock"
-    assert marker["summary"] == {"output": str(cfg.phase_dir("datagen") / "out.txt"), "headline": "one line",
+    assert marker.summary == {"output": str(cfg.phase_dir("datagen") / "out.txt"), "headline": "one line",
                                  "details": {"path": "/p", "n": 1}}
     assert done_marker(cfg, "datagen") == marker
-    assert PhaseSummary.from_dict(marker["summary"]).details["n"] == 1
+    assert PhaseSummary.from_dict(marker.summary).details["n"] == 1
     with phase_lock(cfg, "datagen"):  # released after the phase
         pass
 

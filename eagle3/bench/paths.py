@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import PipelineConfig
-from ..layout import BENCH_REPORT, BENCH_RESULTS, RunLayout
+from ..layout import BENCH_REPORT, BENCH_RESULTS
 
 PHASE = "bench"
 
@@ -18,7 +18,7 @@ class BenchPaths:
 
     @classmethod
     def of(cls, cfg: PipelineConfig) -> "BenchPaths":
-        return cls(cfg.phase_dir(PHASE), RunLayout(cfg.run_dir).bench_history)
+        return cls(cfg.phase_dir(PHASE), cfg.layout.bench_history)
 
     results = property(lambda self: self.dir / BENCH_RESULTS)
     report = property(lambda self: self.dir / BENCH_REPORT)

@@ -23,6 +23,16 @@ ConfigArg = typer.Argument(DEFAULT_CONFIG, help="Pipeline config (YAML). Default
                            show_default="configs/smollm2-cpu.yaml")
 
 
+def exit_code(e: BaseException) -> int:
+    """The one mapping from an error to the CLI's exit status: each error class carries its own
+    (eagle3.errors: 2 bad input, 1 a step that failed, 3 busy); anything else is 1."""
+    return int(getattr(e, "exit_code", 1))
+
+
+def fail_with(e: BaseException) -> None:
+    fail(str(e), code=exit_code(e))
+
+
 def fail(message: str, code: int = 2) -> None:
     # escape(): messages quote config values, and "[/x]" in one would be a rich markup error
     err.print(f"[bold red]error[/]: {escape(message)}", markup=True, highlight=False, soft_wrap=True)
@@ -33,7 +43,7 @@ def load_cfg(config: Path):
     try:
         cfg = load_config(config)
     except ConfigError as e:
-        fail(str(e))
+        fail_with(e)
     for line in remote_binds(cfg):  # allowed by the config (allow_remote), said at every use of it
         err.print(f"[bold yellow]warning[/]: {escape(line)}", highlight=False, soft_wrap=True)
     return cfg
@@ -53,9 +63,9 @@ def take_lease(stack: contextlib.ExitStack, run_dir: Path, gpus: list[int], wait
     try:
         stack.enter_context(hold(run_dir, gpus, wait_s))
     except LeaseBusy as e:
-        fail(str(e), code=LeaseBusy.exit_code)
+        fail_with(e)
     except ConfigError as e:  # the run dir or the lock dir is not provably the user's (owned.NotOwned)
-        fail(str(e))
+        fail_with(e)
 
 
 def recover(cfg, sup, ports: list[int] | None = None) -> None:
@@ -89,7 +99,7 @@ def check_phases(names: list[str], option: str) -> None:
         try:
             phase_table.check(name, option)
         except ConfigError as e:
-            fail(str(e))
+            fail_with(e)
 
 
 def raise_interrupt(signum, frame):

@@ -15,7 +15,7 @@ from .. import phase_table
 from ..config.fanout import fanned_phases
 from ..errors import ConfigError
 from .app import app
-from .common import (ConfigArg, WaitOption, check_phases, err, fail, load_cfg, out, prefect_defaults, raise_interrupt, recover, take_lease)
+from .common import (ConfigArg, WaitOption, check_phases, err, fail, fail_with, load_cfg, out, prefect_defaults, raise_interrupt, recover, take_lease)
 from .phases import print_report
 
 @app.command()
@@ -52,7 +52,7 @@ def run(config: Path = ConfigArg,
         try:
             check_pools(cfg, fanned)  # before any lease, handoff or server: a missing pool starts nothing
         except ConfigError as e:
-            fail(str(e), code=2)
+            fail_with(e)
     with contextlib.ExitStack() as stack:
         # A run that fans out takes this node's GPU leases only around what runs here (flows/pipeline.py).
         take_lease(stack, cfg.run_dir, [] if fanned else list(cfg.gpus), wait)
@@ -85,7 +85,7 @@ def print_outcome(cfg) -> None:
     for phase in phase_table.names():
         marker = done_marker(cfg, phase)
         if marker:
-            out.print(f"[green]done[/] {phase:8s} output {marker['fingerprint']}  ({escape(str(cfg.phase_dir(phase)))})")
+            out.print(f"[green]done[/] {phase:8s} output {marker.fingerprint}  ({escape(str(cfg.phase_dir(phase)))})")
     for row in phase_table.table():
         print_report(cfg, row)
         if row.report and (report := cfg.phase_dir(row.name) / row.report).is_file():

@@ -14,7 +14,7 @@ from rich.markup import escape
 from ..config import DEFAULT_CONFIG, owned_dir_problem
 from ..errors import ConfigError, HandoffError, PipelineError
 from .app import app
-from .common import ConfigArg, WaitOption, check_phases, err, fail, load_cfg, out, take_lease
+from .common import ConfigArg, WaitOption, check_phases, err, fail, fail_with, load_cfg, out, take_lease
 
 def _parse_gpus(text: str) -> list[int]:
     if text.strip().lower() == "none":
@@ -58,7 +58,7 @@ def handoff(config: Optional[Path] = typer.Argument(
         try:
             cfg = _load_unchecked(config, check_files=False)
         except ConfigError as e:
-            fail(str(e))
+            fail_with(e)
     if run_dir is not None and not run_dir.is_dir():  # a typo must not pass as "nothing to stop"
         fail(f"--run-dir: {run_dir} is not a directory")
     if run_dir is not None and (why := owned_dir_problem(run_dir)):  # the report is written there
@@ -75,10 +75,10 @@ def handoff(config: Optional[Path] = typer.Argument(
         code = 0
     except HandoffError as e:
         if e.report is None:
-            fail(str(e), code=1)
+            fail_with(e)
         report, code = e.report.to_dict(), 1
     except PipelineError as e:
-        fail(str(e), code=1)
+        fail_with(e)
     finally:
         stack.close()
     if as_json:
@@ -108,7 +108,7 @@ def gpus_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON inst
             out.print(f"No NVIDIA GPU here: {e}")
         return
     except PipelineError as e:
-        fail(str(e), code=1)
+        fail_with(e)
     if as_json:
         out.print_json(json.dumps({"available": True, "source": source, "gpus": [s.to_dict() for s in states]}))
         return
@@ -168,7 +168,7 @@ def status(target: Path = typer.Argument(DEFAULT_CONFIG, help="A pipeline config
     try:
         run_dir, config_path = resolve(target)
     except ConfigError as e:
-        fail(str(e))
+        fail_with(e)
     while True:
         s = collect(run_dir, config_path)
         if watch and out.is_terminal and not as_json:

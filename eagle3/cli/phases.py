@@ -15,7 +15,7 @@ from typer.core import TyperGroup
 
 from .. import phase_table
 from ..errors import ConfigError, PipelineError
-from .common import ConfigArg, WaitOption, err, fail, load_cfg, out, raise_interrupt, recover, take_lease
+from .common import ConfigArg, WaitOption, err, exit_code, fail, fail_with, load_cfg, out, raise_interrupt, recover, take_lease
 
 
 @contextlib.contextmanager
@@ -44,12 +44,12 @@ def _phase_command(cfg, config: Path, sup, row: phase_table.Phase, wait_s: float
             err.print(f"interrupted: {row.keeps}")
             raise typer.Exit(130)
         except ConfigError as e:
-            fail(str(e))
+            fail_with(e)
         except GateError as e:
             print_report(cfg, row)
-            fail(str(e), code=1)
+            fail_with(e)
         except PipelineError as e:
-            fail(f"{e}\n(retryable: {e.retryable}; {row.keeps})", code=1)
+            fail(f"{e}\n(retryable: {e.retryable}; {row.keeps})", code=exit_code(e))
         finally:
             sup.stop_all()
 
@@ -68,7 +68,7 @@ def _run_one_phase(row: phase_table.Phase, config: Path, force: bool, wait: floa
     sup = supervisor(cfg)
     with _phase_command(cfg, config, sup, row, wait, own_server=not foreign):
         marker = run_phase(cfg, row.name, sup, force=force, options=given)
-    out.print(f"[green]{row.name}[/]: {escape(marker['summary']['headline'])}", highlight=False, soft_wrap=True)
+    out.print(f"[green]{row.name}[/]: {escape(marker.headline)}", highlight=False, soft_wrap=True)
     print_report(cfg, row)
 
 

@@ -13,7 +13,7 @@ from rich.markup import escape
 from ..config import owned_dir_problem
 from ..errors import ConfigError, PipelineError
 from .app import app
-from .common import ConfigArg, check_replaceable, err, fail, load_cfg, out
+from .common import ConfigArg, check_replaceable, err, fail, fail_with, load_cfg, out
 
 @app.command()
 def validate(config: Path = ConfigArg) -> None:
@@ -48,10 +48,8 @@ def make_tiny_model(
         spec = TinyModelSpec(layers=layers, seed=seed, constant=constant)
         fresh = not force and is_current(directory, spec)
         path = ensure_tiny_model(directory, engine, spec, force=force)
-    except ConfigError as e:
-        fail(str(e))
     except PipelineError as e:
-        fail(str(e), code=1)
+        fail_with(e)
     out.print(f"[green]{'up to date' if fresh else 'built'}[/]: {escape(str(path))}")
 
 
@@ -81,10 +79,8 @@ def make_model_cmd(
         if engine_python is not None:
             engine = EngineEnv(python=engine_python.absolute(), env=engine.env)
         path, built = ensure_model(src.name, directory, engine, force=force, wheel=wheel, gguf=gguf)
-    except ConfigError as e:
-        fail(str(e))
     except PipelineError as e:
-        fail(str(e), code=1)
+        fail_with(e)
     out.print(f"[green]{'built' if built else 'up to date'}[/]: {escape(str(path))} ({escape(src.description)})")
 
 
@@ -109,7 +105,7 @@ def make_prompts(
     try:
         paths = write(directory, generate(train, heldout, seed))
     except ConfigError as e:
-        fail(str(e))
+        fail_with(e)
     out.print(f"[green]prompts[/]: {train} in {escape(str(paths[0]))}, {heldout} held out in {escape(str(paths[1]))}")
 
 
@@ -156,7 +152,7 @@ def export_drafter_cmd(
     try:
         path = export_drafter(directory, output, engine, source_convention=convention)
     except PipelineError as e:
-        fail(str(e), code=1)
+        fail_with(e)
     report = check_drafter(path, engine)
     (out if report.ok else err).print(report.render(), highlight=False, soft_wrap=True, markup=False)
     raise typer.Exit(0 if report.ok else 1)
@@ -177,8 +173,6 @@ def make_test_drafter(
     check_replaceable(directory, "DIRECTORY")
     try:
         path = ensure_drafter(directory, target, default_engine(), DrafterSpec(constant=constant, seed=seed))
-    except ConfigError as e:
-        fail(str(e))
     except PipelineError as e:
-        fail(str(e), code=1)
+        fail_with(e)
     out.print(f"[green]drafter[/]: {escape(str(path))} ({'constant' if constant else 'random, untrained'})")

@@ -17,6 +17,8 @@ from .dirs import owned_dir_problem
 from .model import PipelineConfig, config_model
 
 
+PINNED = "eagle3_pinned_config"  # the header key of a run's pinned copy of its config
+
 # Path fields of the sections every pipeline has; a phase's own are its settings' PATH_FIELDS.
 _PATH_FIELDS = ("run_dir", "target.model", "engines.*.python", "handoff.shm_dir", "handoff.dev_dir",
                 "handoff.pycache_dirs[]")
@@ -168,11 +170,26 @@ def load_config(path: Path | str, check_files: bool = True) -> PipelineConfig:
     path = Path(path)
     if not os.path.lexists(path):
         raise ConfigError(f"{path}: config file not found")
+    raw = read_mapping(path)
+    if isinstance(raw, dict) and PINNED in raw:  # a run's pinned copy (eagle3.config.pinned): read the same way
+        header, body = raw[PINNED], raw.get("config")
+        source = f"{path} (pinned from {header.get('source') if isinstance(header, dict) else '?'})"
+        return parse_config(body, path.resolve().parent, source=source, check_files=check_files)
+    return parse_config(raw, path.resolve().parent, source=str(path), check_files=check_files)
+
+
+def read_mapping(path: Path) -> object:
+    """A config file's YAML, parsed (bounded), not yet validated."""
     text = decode_utf8(read_capped(path, MAX_CONFIG_BYTES, "config file"), str(path))
     raw = safe_yaml.load(text, str(path))
     if raw is None:
         raise ConfigError(f"{path}: the file is empty (or holds only comments); start from configs/smollm2-cpu.yaml (CPU) or configs/h200-smollm2.yaml (one GPU)")
-    return parse_config(raw, path.resolve().parent, source=str(path), check_files=check_files)
+    return raw
+
+
+def resolved_mapping(raw: dict, base_dir: Path) -> dict:
+    """The mapping with every path field made absolute against base_dir: what a pinned copy holds."""
+    return _resolve_paths(dict(raw), base_dir)
 
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "smollm2-cpu.yaml"  # `make demo`: the real model

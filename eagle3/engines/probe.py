@@ -23,7 +23,6 @@ from .. import owned
 from ..config import PipelineConfig
 from ..errors import CommandFailed, ConfigError
 from ..fsio import atomic_write_json, read_json
-from ..layout import RunLayout
 from ..process.services import LaunchSpec, Supervisor
 
 ENGINE_SIDE = Path(__file__).resolve().parent.parent / "engine_side"
@@ -39,7 +38,7 @@ def engine_probe(cfg: PipelineConfig, sup: Supervisor, engine: str, script: str,
     key_src = json.dumps([env.python_argv(), env.env, script, args,
                           _mtime(env.python), (cfg.target.model / "config.json").read_text()], default=str)
     key = hashlib.sha256(key_src.encode()).hexdigest()[:16]
-    cache_path = RunLayout(cfg.run_dir).doctor_cache
+    cache_path = cfg.layout.doctor_cache
     cache = read_json(cache_path, default={})
     if key in cache:
         return cache[key]
@@ -50,7 +49,7 @@ def engine_probe(cfg: PipelineConfig, sup: Supervisor, engine: str, script: str,
         cache[key] = user_cache[1][user_key]
         atomic_write_json(cache_path, cache)
         return cache[key]
-    out = RunLayout(cfg.run_dir).doctor / f"{engine}-{Path(script).stem}.json"
+    out = cfg.layout.doctor / f"{engine}-{Path(script).stem}.json"
     log = out.with_suffix(".log")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.unlink(missing_ok=True)
@@ -96,7 +95,7 @@ def vllm_accepts(cfg: PipelineConfig, sup: Supervisor, flag: str) -> bool:
     if not isinstance(flags, dict) or flag not in flags:
         raise ConfigError(f"engines.vllm: could not ask the vLLM environment whether its server takes {flag} "
                           f"({info.get('error') or info.get('serve_flags_error') or 'no answer'}); "
-                          f"see {RunLayout(cfg.run_dir).doctor}; `eagle3 doctor CONFIG` shows the probe's result")
+                          f"see {cfg.layout.doctor}; `eagle3 doctor CONFIG` shows the probe's result")
     return bool(flags[flag])
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from .. import phase_table
 from ..errors import ConfigError
 from ..fsio import atomic_write_json, link_or_copy
-from ..layout import RunLayout
+from ..pipeline import upstream_of
 from ..ticker import Ticker
 from .slices import Shard
 
@@ -51,7 +51,7 @@ def port_offset(env: dict | None = None) -> int:
 def shard_config(cfg, shard: Shard, offset: int = 0):
     """The config a shard runs with: its own run dir under the run's `shards/`, and every server's
     port moved by the node's offset (checked to stay a port)."""
-    update: dict = {"run_dir": RunLayout(cfg.run_dir).shard_run_dir(shard.phase, shard.index, shard.count)}
+    update: dict = {"run_dir": cfg.layout.shard_run_dir(shard.phase, shard.index, shard.count)}
     if offset:
         for phase, server, _ in phase_table.servers(cfg):
             port = server.port + offset
@@ -67,7 +67,7 @@ def stage_inputs(cfg, shard_cfg, phase: str) -> list[Path]:
     """Make the upstream outputs the phase reads visible in the shard's run dir, as hard links to the
     run's own (no copy: the shard reads the very file the upstream wrote); replaced on every call, so
     a redone upstream is what the shard sees. Falls back to a copy where links are refused."""
-    up = phase_table.get(phase).upstream
+    up = upstream_of(cfg, phase)  # the one upstream rule
     if up is None:
         return []
     staged = []

@@ -9,6 +9,7 @@ from typing import Callable
 
 from .. import phase_table, progress
 from ..config import PipelineConfig
+from ..marker import DoneMarker
 from ..pipeline import run_phase
 from ..process.lease import hold
 from ..run.record import recording
@@ -28,9 +29,9 @@ def handoff_in_process(shard_cfg: PipelineConfig, after: str, before: str | None
 def run_shard(cfg: PipelineConfig, shard: Shard, upstream: str | None, handoff: Handoff = handoff_in_process,
               on_progress: progress.ProgressFn | None = None, lease_wait_s: float = 0.0,
               heartbeat_every_s: float | None = None, where: dict | None = None, force: bool = False,
-              force_token: str | None = None, config_path: str = "") -> dict:
-    """Run `shard` of its phase to completion on this node; returns the shard's DONE marker with
-    `node` (where it ran) added. `upstream`: the fingerprint of the run's upstream output (the
+              force_token: str | None = None, config_path: str = "") -> tuple[DoneMarker, dict]:
+    """Run `shard` of its phase to completion on this node; returns the shard's DONE marker and
+    the node it ran on. `upstream`: the fingerprint of the run's upstream output (the
     coordinator's), recorded in the shard's marker like a phase's."""
     phase_table.get(shard.phase).merge()  # a phase that cannot be sharded fails here, named
     scfg = shard_config(cfg, shard, port_offset())
@@ -44,4 +45,4 @@ def run_shard(cfg: PipelineConfig, shard: Shard, upstream: str | None, handoff: 
             marker = run_phase(scfg, shard.phase, on_progress=on_progress, upstream=upstream, force=force,
                                force_token=force_token, options={"shard": (shard.index, shard.count)})
             handoff(scfg, shard.phase, phase_table.next_phase(shard.phase))
-    return {**marker, "node": node}
+    return marker, node

@@ -24,6 +24,8 @@ from ..progress import ProgressFn  # noqa: F401 - re-exported: what a phase's on
 class RunDirBusy(PipelineError):
     """Another process is running this phase on the same run dir."""
 
+    exit_code = 3  # busy, as a held lease (eagle3.process.lease.LeaseBusy)
+
 
 @contextlib.contextmanager
 def exclusive_phase_dir(lock: Path, who: str) -> Iterator[None]:

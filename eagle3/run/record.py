@@ -79,10 +79,12 @@ def resume_command(config_path: str, phases: list[str]) -> str:
 
 
 @contextlib.contextmanager
-def recording(cfg: PipelineConfig, config_path: str, phases: list[str]) -> Iterator[StatusFile]:
-    """Record the run (run.json) and its progress (progress.json) for the duration of the block."""
+def recording(cfg: PipelineConfig, config_path: str, phases: list[str], pinned: str | None = None) -> Iterator[StatusFile]:
+    """Record the run (run.json) and its progress (progress.json) for the duration of the block;
+    `pinned`: the copy of the config the run reads (eagle3.config.pinned)."""
     me = os.getpid()
-    record = {"name": cfg.name, "config_path": str(config_path), "run_dir": str(cfg.run_dir), "phases": list(phases),
+    record = {"name": cfg.name, "config_path": str(config_path), "pinned_config": pinned,
+              "run_dir": str(cfg.run_dir), "phases": list(phases),
               "pid": me, "start_ticks": procfs.start_ticks(me), "host": socket.gethostname(),
               "command": shlex.join(sys.argv), "started_at": time.time(), "status": "running",
               "resume": resume_command(str(config_path), phases)}

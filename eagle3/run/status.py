@@ -21,6 +21,7 @@ from ..fanout import ledger as fanout_ledger
 from ..fsio import read_json
 from ..progress import PhaseView, describe, eta_left, fmt_bytes, fmt_duration
 from ..layout import RunLayout
+from ..marker import DoneMarker
 from ..process.services import Entry
 
 
@@ -84,21 +85,21 @@ def _hidden_states(run_dir: Path, views: dict[str, PhaseView]) -> dict:
             "filesystem_of": str(where)}
 
 
-def _phase_info(phase: str, v: PhaseView | None, marker: dict | None, status: str, now: float,
+def _phase_info(phase: str, v: PhaseView | None, marker: DoneMarker | None, status: str, now: float,
                 phase_dir: Path) -> dict:
     missing = phase_table.get(phase).missing_outputs(phase_dir) if marker else []
     if missing:  # a DONE marker vouches only for output that is still there
         line = f"not done: its output is gone ({', '.join(missing)} missing in {phase_dir}); a run redoes it"
         return {"done": False, "output": None, "view": v.to_dict() if v else None, "line": line}
     if v is None:
-        line = f"done in an earlier run, output {marker.get('fingerprint')}" if marker else "not started"
+        line = f"done in an earlier run, output {marker.fingerprint}" if marker else "not started"
     elif v.finished_at is None and status != "running":
         # What it had reached when the run stopped: no rate, ETA or activity of a process that is gone.
         stopped = PhaseView.from_dict(v.to_dict() | {"rate": None, "eta_s": None, "activity": "", "waiting": False})
         line = f"stopped ({status}) at: {describe(stopped, now)}"
     else:
         line = describe(v, now)
-    return {"done": marker is not None, "output": marker.get("fingerprint") if marker else None,
+    return {"done": marker is not None, "output": marker.fingerprint if marker else None,
             "view": v.to_dict() if v else None, "line": line}
 
 
@@ -115,7 +116,7 @@ def collect(run_dir: Path, config_path: str | None = None, now: float | None = N
         status = "died"  # SIGKILL, OOM killer, power loss: it never got to record an outcome
     order = phase_table.names()
     running = [p for p in order if p in views and views[p].finished_at is None]
-    phases = {p: _phase_info(p, views.get(p), read_json(layout.done_marker(p)), status, now, layout.phase_dir(p))
+    phases = {p: _phase_info(p, views.get(p), DoneMarker.from_dict(read_json(layout.done_marker(p))), status, now, layout.phase_dir(p))
               for p in order}
     current = running[-1] if running and status == "running" else None
     reports = [layout.phase_dir(p.name) / p.report for p in phase_table.table() if p.report]

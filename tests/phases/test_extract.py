@@ -21,7 +21,7 @@ from eagle3.errors import ConfigError
 from eagle3.phases.extract import ExtractPaths, run_extract, stop_leftovers
 from eagle3.phases.extract_disk import DiskSpaceError, check_disk, exact_estimate
 from eagle3.phases.extract_manifest import ManifestError, read_extract_manifest, resolve_layer_plan
-from eagle3.pipeline import state_dir, supervisor
+from eagle3.pipeline import supervisor
 from eagle3.process.services import LaunchSpec, Supervisor
 from tests.ports import free_port
 from tests.reliability.standins import mark_done
@@ -81,9 +81,9 @@ def test_layer_id_out_of_range_is_a_config_error(extract_config, tmp_path):
     cfg = extract_config({"aux_layer_ids": [2, 4, 8]}, check_files=False)
     write_phase1(cfg, 2)
     with pytest.raises(ConfigError, match=r"extract\.aux_layer_ids: \[2, 4, 8\] is \[8\] out of range"):
-        run_extract(cfg, Supervisor(state_dir(cfg)))
+        run_extract(cfg, Supervisor(cfg.layout.state))
     assert not ExtractPaths.of(cfg).dir.exists()
-    assert Supervisor(state_dir(cfg)).registry.entries() == []
+    assert Supervisor(cfg.layout.state).registry.entries() == []
 
 
 def test_default_layers_of_a_shallow_target_need_explicit_ids(make_config, tmp_path):
@@ -114,7 +114,7 @@ def test_disk_limit_refuses_before_any_process(extract_config):
     write_phase1(cfg, 12)
     t0 = time.monotonic()
     with pytest.raises(ConfigError) as err:
-        run_extract(cfg, Supervisor(state_dir(cfg)))
+        run_extract(cfg, Supervisor(cfg.layout.state))
     msg = str(err.value)
     # both numbers: the estimate (tokens x 4 layers x 128 x 4 bytes + 8) and the limit
     assert "extract.max_disk_bytes" in msg and "limit is 4096 bytes" in msg
@@ -124,7 +124,7 @@ def test_disk_limit_refuses_before_any_process(extract_config):
     assert time.monotonic() - t0 < 10
     paths = ExtractPaths.of(cfg)
     assert not paths.logs.exists() and not paths.hidden_states.exists()
-    assert Supervisor(state_dir(cfg)).registry.entries() == []
+    assert Supervisor(cfg.layout.state).registry.entries() == []
 
 
 def test_free_space_refusal_names_both_numbers(tmp_path):

@@ -23,7 +23,7 @@ from eagle3.phases import PhaseSummary
 from eagle3.phases.extract import ExtractPaths
 from eagle3.phases.extract_disk import HEADER_BYTES
 from eagle3.phases.extract_manifest import read_extract_manifest, resolve_layer_plan
-from eagle3.pipeline import run_phase, state_dir, supervisor
+from eagle3.pipeline import run_phase, supervisor
 from eagle3.process.services import LaunchSpec, Supervisor
 
 from tests.phases.test_extract import EAGLE3, extract_config, write_phase1  # noqa: F401 (fixture)
@@ -46,7 +46,7 @@ def test_online_step_auto_chosen_bounded_killed_and_resumed(extract_config, tmp_
 
     sup = supervisor(cfg)
     try:
-        summary = PhaseSummary.from_dict(run_phase(cfg, "extract", sup)["summary"])  # `eagle3 train` checks it is done
+        summary = PhaseSummary.from_dict(run_phase(cfg, "extract", sup).summary)  # `eagle3 train` checks it is done
     finally:
         sup.stop_all()
     monkeypatch.undo()
@@ -61,7 +61,7 @@ def test_online_step_auto_chosen_bounded_killed_and_resumed(extract_config, tmp_
     test_sup = Supervisor(tmp_path / "test-state")
     cli = test_sup.launch(LaunchSpec(name="eagle3-train", argv=[str(EAGLE3), "train", str(config_file)],
                                      log=tmp_path / "train1.log"))
-    registry = Supervisor(state_dir(cfg)).registry
+    registry = Supervisor(cfg.layout.state).registry
     try:
         deadline = time.monotonic() + 600
         while len({e.name for e in registry.entries() if e.phase == "train"}) < 2:

@@ -18,7 +18,7 @@ import pytest
 from eagle3.process import procfs
 from eagle3.fsio import atomic_write_json
 from eagle3.process.lease import lease_holder
-from eagle3.pipeline import done_marker, run_phase, state_dir, supervisor
+from eagle3.pipeline import done_marker, run_phase, supervisor
 from eagle3.process.services import Registry, state_dir_for
 from tests.flows.flowkit import processes_with_home
 from tests.conftest import REPO, requires_engine, write_tiny_config
@@ -111,7 +111,7 @@ def trainer_config(tmp_path: Path, save_s: float):
         "intermediate_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
         "vocab_size": 4096, "tie_word_embeddings": False}))
     write_extract_inputs(cfg)
-    atomic_write_json(state_dir(cfg) / "datagen.done.json",
+    atomic_write_json(cfg.layout.state / "datagen.done.json",
                       {"phase": "datagen", "config": cfg.fingerprint("datagen"), "upstream": None,
                        "fingerprint": "standin-datagen"})
     run_phase(cfg, "extract", supervisor(cfg))
@@ -153,8 +153,8 @@ def test_sigterm_during_training_gives_the_trainer_its_grace_and_a_rerun_resumes
     assert json.loads(resumed) | {"adopted_from": None} == {"epoch": 0, "global_step": 179, "local_step": 179,
                                                               "adopted_from": None}
     marker = done_marker(cfg, "train")
-    assert any("renamed interrupted/ to 0/" in a for a in marker["summary"]["details"]["resume"]["actions"])
-    assert marker["summary"]["details"]["global_step"] == 180
+    assert any("renamed interrupted/ to 0/" in a for a in marker.summary["details"]["resume"]["actions"])
+    assert marker.summary["details"]["global_step"] == 180
     assert_nothing_left(prefect_home)
 
 

@@ -1,0 +1,123 @@
+"""One validated config per run. The config a run starts with is pinned in the run's state
+(`state/configs/<run id>.yaml`), and every task, shard, handoff and retry of that run reads the pinned
+copy, never the YAML again: an edit to the YAML while a run goes on changes the next run, not this one.
+
+A pinned copy is itself a config file: the mapping as validated, every path already absolute, under a
+header that says where it came from. `load_config` reads it through the same validation as any config,
+so it yields the same model and the same fingerprints (and the cache keys and done markers built on
+them). A run that starts from an edited YAML says which phases' fingerprints changed since the run
+before it, and which keys."""
+
+from __future__ import annotations
+
+import copy
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from .. import owned, phase_table
+from ..errors import echo
+from ..fsio import atomic_write_text
+from .loading import PINNED, load_config, parse_config, read_mapping, resolved_mapping
+from .model import PipelineConfig
+
+SCHEMA = 1
+KEEP = 50  # pinned copies kept per run dir; the oldest go first (each is a few KB)
+_SECRET = "api_key"  # a key whose value is never echoed in a change line
+
+
+@dataclass
+class Pinned:
+    cfg: PipelineConfig
+    path: Path  # the pinned copy every reader of this run is given
+    changes: list[str] = field(default_factory=list)  # against the run dir's previous run, when this one is new
+
+
+def is_pinned(path: Path | str) -> bool:
+    raw = read_mapping(Path(path))
+    return isinstance(raw, dict) and PINNED in raw
+
+
+def pin(config_path: Path | str, run_id: str, check_files: bool = True) -> Pinned:
+    """The config run `run_id` reads from now on. A pinned copy is returned as it is (a shard, a run
+    handed its copy); a run that already pinned one (a retry of the same flow run) gets its own copy
+    back, whatever the YAML says now; otherwise the YAML is validated and pinned."""
+    path = Path(config_path)
+    raw = read_mapping(path)
+    if isinstance(raw, dict) and PINNED in raw:
+        return Pinned(load_config(path, check_files), path)
+    cfg = parse_config(copy.deepcopy(raw), path.resolve().parent, source=str(path), check_files=check_files)
+    target = cfg.layout.pinned_config(run_id)
+    if target.is_file():
+        owned.read_bytes(target, what="the run's pinned config")  # ours, not a link: NotOwned otherwise
+        return Pinned(load_config(target, check_files), target)
+    body = resolved_mapping(copy.deepcopy(raw), path.resolve().parent)
+    previous = latest(cfg.layout.pinned_configs)
+    if previous:
+        owned.read_bytes(previous, what="the run dir's last pinned config")
+    changes = changed(_read_body(previous), body, previous) if previous else []
+    header = {"schema": SCHEMA, "source": str(path.resolve()), "run_id": run_id, "pinned_at": time.time(),
+              "fingerprints": {p: cfg.fingerprint(p) for p in phase_table.names()}}
+    text = yaml.safe_dump({PINNED: header, "config": body}, sort_keys=False, allow_unicode=True)
+    atomic_write_text(target, text)
+    os.chmod(target, 0o600)  # it may hold an inline api_key, as the YAML it copies does
+    _prune(cfg.layout.pinned_configs, keep=target)
+    return Pinned(cfg, target, changes)
+
+
+def latest(directory: Path) -> Path | None:
+    """The run dir's most recently pinned copy."""
+    copies = sorted(directory.glob("*.yaml"), key=lambda p: p.stat().st_mtime_ns) if directory.is_dir() else []
+    return copies[-1] if copies else None
+
+
+def changed(old: dict | None, new: dict, previous: Path) -> list[str]:
+    """Per phase whose fingerprint differs from the previous run's: the phase, both fingerprints and
+    the keys that differ (values shown, never a secret's)."""
+    if not isinstance(old, dict):
+        return []
+    try:
+        before = load_config(previous, check_files=False)
+    except Exception:  # noqa: BLE001 - an unreadable old copy (another schema): nothing to compare with
+        return []
+    after = parse_config(copy.deepcopy(new), Path("/"), source="config", check_files=False)
+    diffs = _diff(old, new)
+    lines = []
+    for phase in phase_table.names():
+        a, b = before.fingerprint(phase), after.fingerprint(phase)
+        if a != b:
+            keys = [d for d in diffs if d.split(":", 1)[0].split(".", 1)[0] in (phase, "target")]
+            lines.append(f"{phase}: config fingerprint {a} -> {b}" + (f" ({'; '.join(keys)})" if keys else ""))
+    return lines
+
+
+def _diff(old, new, where: str = "") -> list[str]:
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = []
+        for key in sorted(set(old) | set(new), key=str):
+            inner = f"{where}.{key}" if where else str(key)
+            out += _diff(old.get(key), new.get(key), inner)
+        return out
+    if old == new:
+        return []
+    if _SECRET in where:
+        return [f"{where}: changed"]
+    return [f"{where}: {echo(old, 60)} -> {echo(new, 60)}"]
+
+
+def _read_body(path: Path) -> dict | None:
+    try:
+        raw = read_mapping(path)
+    except Exception:  # noqa: BLE001 - see changed()
+        return None
+    return raw.get("config") if isinstance(raw, dict) else None
+
+
+def _prune(directory: Path, keep: Path) -> None:
+    copies = sorted(directory.glob("*.yaml"), key=lambda p: p.stat().st_mtime_ns)
+    for old in copies[:-KEEP]:
+        if old != keep:
+            old.unlink(missing_ok=True)
