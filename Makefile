@@ -26,7 +26,7 @@ $(VENV)/.deps-stamp: pyproject.toml
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip 2>&1 | grep -v "is ignored" || true
 	$(PIP) install -q -e '.[test]' 2>&1 | grep -v "is ignored" || true
-	$(VENV)/bin/python -c "import prefect, pynvml, psutil, pydantic, pytest"
+	$(VENV)/bin/python -c "import prefect, pynvml, psutil, pydantic, aiohttp, pytest"
 	@touch $@
 
 engine-env:

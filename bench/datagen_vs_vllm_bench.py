@@ -126,7 +126,7 @@ def record(path: Path, args, cfg: PipelineConfig, rows: list[tuple[str, dict, di
         f"({cfg.target.dtype}, {' '.join(cfg.datagen.server.extra_args) or 'default args'}).",
         f"- Work per run: {args.num_prompts} prompts from `{cfg.datagen.prompts.name}`, concurrency {args.concurrency}, "
         f"max_tokens {args.max_tokens}, ignore_eos, temperature 0; {args.rounds} rounds, order alternating.",
-        f"- Ours: `run_datagen` (httpx, non-streaming, `return_token_ids`, rows fsynced; client CPU "
+        f"- Ours: `run_datagen` (aiohttp, non-streaming, `return_token_ids`, rows fsynced; client CPU "
         f"{statistics.median(o['client_cpu_s'] for _, o, _ in rows):.2f} s per run, median); vLLM: "
         "`vllm bench serve --backend openai-chat --dataset-name custom --skip-chat-template` (streaming).",
         "",

@@ -66,8 +66,8 @@ def check_pools(cfg, phases: list[str], flow_run_id=None) -> None:
         raise ConfigError(
             f"fanout.pools: work pool {names} does not exist on the Prefect server {url}. Create it: "
             + "; ".join(f"`prefect work-pool create {p} --type process` and `prefect work-pool set-concurrency-limit "
-                        f"{p} 1`" for p in missing)
-            + ", then start its worker on that node (`prefect worker start --pool NAME`), or remove it from fanout.pools")
+                        f"{p} 1`, then start its worker on that node (`prefect worker start --pool {p}`)" for p in missing)
+            + "; or remove it from fanout.pools")
 
 
 def ensure_deployments(client, pools: list[str]) -> None:

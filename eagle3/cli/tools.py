@@ -21,6 +21,12 @@ def validate(config: Path = ConfigArg) -> None:
     cfg = load_cfg(config)
     out.print(f"[green]valid[/]: {escape(str(config))} (pipeline '{cfg.name}', run dir {escape(str(cfg.run_dir))}, "
               f"{'CPU rehearsal' if cfg.cpu_rehearsal else f'GPUs {cfg.gpus}'})")
+    if cfg.fanout is not None:  # what the accepted section will do, before a run sends anything anywhere
+        f = cfg.fanout
+        shards = ", ".join(f"{p} in {n} shards" for p, n in f.shards.items() if n > 1) or "no phase sharded (all run here)"
+        out.print(f"fanout: {escape(shards)} over pools {escape(', '.join(f.pools))} (shard i starts on pool i mod "
+                  f"{len(f.pools)}); {f.retries} retries per shard; a shard silent for {f.heartbeat_timeout_s:g} s is lost",
+                  highlight=False, soft_wrap=True)
 
 
 

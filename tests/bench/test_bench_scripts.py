@@ -18,7 +18,7 @@ import pytest
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.timeout(600)
-SMOKED = {"datagen_vs_vllm_bench.py", "handoff_bench.py", "devfile_probe.py", "flow_overhead_bench.py",
+SMOKED = {"datagen_vs_vllm_bench.py", "datagen_client_split.py", "handoff_bench.py", "devfile_probe.py", "flow_overhead_bench.py",
           "parity_probe.py", "record_bench_history.py", "gpu_e2e_record.py",  # gpu_e2e_record: tests/bench/test_gpu_record.py
           "fanout_bench.py"}  # fanout_bench: tests/flows/test_fanout.py, on that test's two nodes
 SHELL = {"gpu_carry.sh", "gpu_e2e.sh", "gpu_pack_deps.sh", "gpu_sglang.sh", "gpu_sglang_deps.sh", "gpu_wait.sh",
@@ -92,6 +92,20 @@ def test_datagen_client_vs_vllm_bench_smoke(vllm_server, tmp_path):
     assert row["ours"]["tokens"] == row["vllm_bench"]["tokens"] == 8 * 16
     assert row["ours"]["output_tok_s"] > 0 and row["vllm_bench"]["output_tok_s"] > 0 and data["ratio"] > 0
     assert "ratio" in res.stdout and "recorded in" not in res.stdout  # smoke mode records nothing
+
+
+@pytest.mark.slow
+@pytest.mark.engine
+def test_datagen_client_split_smoke(vllm_server, tmp_path):
+    out = tmp_path / "split.json"
+    res = subprocess.run([sys.executable, str(REPO / "bench" / "datagen_client_split.py"), "--smoke",
+                          "--base-url", vllm_server.base_url, "--json", str(out)],
+                         capture_output=True, text=True, timeout=500, cwd=REPO,
+                         env={**os.environ, "OPENAI_API_KEY": vllm_server.key})
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    [row] = json.loads(out.read_text())["rounds"]
+    # every variant did the same work: 8 prompts x 16 tokens (greedy, ignore_eos)
+    assert {kind: r["tokens"] for kind, r in row.items()} == {kind: 8 * 16 for kind in row} and len(row) == 5
 
 
 def test_the_gpu_engine_wrappers_keep_the_client_auth_dir_and_drop_the_pack_s_site(tmp_path):

@@ -50,3 +50,15 @@ def test_sharded_extraction_needs_files(make_config):
     with pytest.raises(ConfigError, match="fanout.shards.extract: sharded extraction writes hidden-state files"):
         make_config({"fanout": {"pools": ["a"], "shards": {"extract": 2}}, "hidden_states": {"mode": "online"}},
                     check_files=False)
+
+
+def test_validate_says_what_the_accepted_section_will_do(make_config, tmp_path):
+    from typer.testing import CliRunner
+
+    from eagle3.cli import app
+
+    make_config({"fanout": FANOUT, "hidden_states": {"mode": "offline"}}, check_files=False)
+    result = CliRunner().invoke(app, ["validate", str(tmp_path / "config.yaml")])
+    assert result.exit_code == 0, result.output
+    assert ("fanout: datagen in 2 shards, extract in 3 shards over pools node-a, node-b (shard i starts on pool i "
+            "mod 2); 2 retries per shard; a shard silent for 180 s is lost") in " ".join(result.output.split())

@@ -225,6 +225,7 @@ def test_a_pool_that_does_not_exist_is_refused_before_anything_starts(prefect_se
     text = res.stdout + res.stderr
     assert res.returncode != 0
     assert "'no-such-pool' does not exist" in text and "prefect work-pool create no-such-pool" in text, text
+    assert "prefect worker start --pool no-such-pool" in " ".join(text.split()), text  # the pool's own name, not NAME
     assert not (cfg.run_dir / "handoffs").exists() and not (cfg.run_dir / "shards").exists()
 
 
