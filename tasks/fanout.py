@@ -1,7 +1,10 @@
 """The coordinator of a fanned-out phase: Prefect's part of eagle3.fanout (docs/fanout.md).
 
 Each shard is a flow run of the `eagle3-shard/<pool>` deployment, sent to a node pool with
-run_deployment; the node's worker runs it. Shard i starts on pool i mod len(pools). The coordinator
+run_deployment; the node's worker runs it. Shard i starts on pool i mod len(pools), counting only the
+pools with an online worker when some have none (those are named at once). A shard still waiting for
+a worker after fanout.start_timeout_s, on a pool whose worker is no longer online, moves to the next
+pool with one (a node gone before its shard started). The coordinator
 watches the runs' states and the shards' heartbeats (files on the shared run dir): a shard that
 failed retryably, or whose heartbeat went silent (its node or worker died: its flow run is then
 marked Crashed), goes to the next pool with an online worker, or waits on its own pool for a
@@ -21,7 +24,7 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.objects import StateType
 from prefect.deployments import run_deployment
 from prefect.exceptions import ObjectNotFound
-from prefect.states import Crashed
+from prefect.states import Cancelled, Crashed
 
 from eagle3 import phase_table, progress
 from eagle3.config.fanout import fanned_phases
@@ -96,6 +99,7 @@ class Attempt:
     done: int | None = None
     total: int | None = None
     earlier: list = field(default_factory=list)  # the entries of this shard's failed attempts
+    waiting_since: float | None = None  # first seen waiting for a worker of its pool
 
     def entry(self) -> dict:
         return {"index": self.shard.index, "pool": self.pool, "attempt": self.number, "flow_run": str(self.run_id),
@@ -128,7 +132,8 @@ class Coordinator:
         pools = self.fanout.pools
         with get_client(sync_client=True) as client:
             ensure_deployments(client, pools)
-            live = {s.index: self._submit(s, pools[s.index % len(pools)], 1) for s in self.shards}
+            place = self._placement(client)
+            live = {s.index: self._submit(s, place[s.index % len(place)], 1) for s in self.shards}
             finished: dict[int, Attempt] = {}
             try:
                 while live:
@@ -138,6 +143,8 @@ class Coordinator:
                             finished[index] = live.pop(index)
                         elif outcome == "failed":
                             live[index] = self._retry(client, attempt)
+                        elif outcome.startswith("move:"):
+                            live[index] = self._resend(attempt, outcome.split(":", 1)[1])
                     self._record([*finished.values(), *live.values()])
                     if live:
                         time.sleep(self.fanout.poll_interval_s)
@@ -169,7 +176,7 @@ class Coordinator:
         if state is None or state.type in (StateType.SCHEDULED, StateType.PENDING, StateType.PAUSED):
             a.state = f"waiting for a worker of pool {a.pool}" if state is None or state.type == StateType.SCHEDULED \
                 else a.state
-            return "running"
+            return self._waiting(client, a) if state is None or state.type == StateType.SCHEDULED else "running"
         if state.type == StateType.COMPLETED:
             return "done"
         if state.type in _FAILED:
@@ -187,6 +194,47 @@ class Coordinator:
             a.state = "lost"
             return "failed"
         return "running"
+
+    def _waiting(self, client, a: Attempt) -> str:
+        """'running' while a shard may wait; 'move:POOL' once it waited past fanout.start_timeout_s on a
+        pool with no online worker while POOL has one (its run is cancelled first: it never started)."""
+        now = time.time()
+        a.waiting_since = a.waiting_since or now
+        waited = now - a.waiting_since
+        if waited < self.fanout.start_timeout_s or self._online(client, a.pool):
+            return "running"
+        other = self._next_pool(client, a.pool)
+        if other == a.pool:
+            return "running"  # no pool has a worker: it waits for one to come back
+        a.cause = (f"not started after {waited:.0f} s (fanout.start_timeout_s {self.fanout.start_timeout_s:g}): "
+                   f"pool {a.pool} has no online worker")
+        client.set_flow_run_state(a.run_id, Cancelled(message=a.cause), force=True)
+        a.state = "moved"
+        return f"move:{other}"
+
+    def _resend(self, a: Attempt, pool: str) -> Attempt:
+        """A shard that never started goes to `pool`; not a failed attempt, so fanout.retries is untouched."""
+        self.log.warning("%s: %s; sent to pool %s", a.shard.label, a.cause, pool)
+        progress.note(self.phase, f"{a.shard.label}: {a.cause}; moved to {pool}", ok=False)
+        moved = self._submit(a.shard, pool, a.number + 1)
+        moved.earlier = [*a.earlier, {k: v for k, v in a.entry().items() if k != "earlier"}]
+        return moved
+
+    def _placement(self, client) -> list[str]:
+        """The pools shards start on: those with an online worker, the others named at once; every pool
+        when none has one (the shards then wait for workers)."""
+        pools = self.fanout.pools
+        online = [p for p in pools if self._online(client, p)]
+        if online and len(online) < len(pools):
+            idle = ", ".join(p for p in pools if p not in online)
+            self.log.warning("%s: pool %s has no online worker; its shards start on %s", self.phase, idle, ", ".join(online))
+            progress.note(self.phase, f"pool {idle} has no online worker: shards start on {', '.join(online)}", ok=False)
+        return online or list(pools)
+
+    @staticmethod
+    def _online(client, pool: str) -> bool:
+        return any(str(getattr(w.status, "value", w.status)).upper() == "ONLINE"
+                   for w in client.read_workers_for_work_pool(work_pool_name=pool))
 
     def _on(self, a: Attempt) -> str:
         return f" (host {a.host})" if a.host else ""
@@ -210,8 +258,7 @@ class Coordinator:
         pools = self.fanout.pools
         start = pools.index(failed) if failed in pools else -1
         for pool in pools[start + 1:] + pools[:start + 1]:
-            if any(str(getattr(w.status, "value", w.status)).upper() == "ONLINE"
-                   for w in client.read_workers_for_work_pool(work_pool_name=pool)):
+            if self._online(client, pool):
                 return pool
         return failed
 

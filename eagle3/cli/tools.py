@@ -25,7 +25,8 @@ def validate(config: Path = ConfigArg) -> None:
         f = cfg.fanout
         shards = ", ".join(f"{p} in {n} shards" for p, n in f.shards.items() if n > 1) or "no phase sharded (all run here)"
         out.print(f"fanout: {escape(shards)} over pools {escape(', '.join(f.pools))} (shard i starts on pool i mod "
-                  f"{len(f.pools)}); {f.retries} retries per shard; a shard silent for {f.heartbeat_timeout_s:g} s is lost",
+                  f"{len(f.pools)}); {f.retries} retries per shard; a shard silent for {f.heartbeat_timeout_s:g} s is lost; one "
+                  f"not started after {f.start_timeout_s:g} s on a pool with no online worker moves",
                   highlight=False, soft_wrap=True)
 
 

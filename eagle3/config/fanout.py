@@ -17,7 +17,8 @@ PoolName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")]
 class Fanout(Strict):
     pools: list[PoolName] = Field(min_length=1, description=(
         "The nodes: Prefect work pools, each with a worker on its node (`prefect work-pool create NAME --type "
-        "process`, then `prefect worker start --pool NAME` there). Shard i starts on pool i mod len(pools)."))
+        "process`, then `prefect worker start --pool NAME` there). Shard i starts on pool i mod len(pools), counting "
+        "only pools with an online worker when some have none."))
     shards: dict[str, Annotated[int, Field(strict=True, ge=1, le=4096)]] = Field(default_factory=dict, description=(
         "Shards per phase, e.g. {datagen: 4, extract: 4}; only phases that can be sharded (datagen, extract). "
         "A phase not named here, or with 1, runs on this node as without the section."))
@@ -27,6 +28,9 @@ class Fanout(Strict):
     heartbeat_timeout_s: PositiveFloat = Field(180.0, description=(
         "A running shard whose heartbeat (a file it rewrites every few seconds under the run dir) is older than "
         "this is declared lost (its node or worker died) and retried."))
+    start_timeout_s: PositiveFloat = Field(60.0, description=(
+        "A shard still waiting for a worker after this long, on a pool whose worker is no longer online (a node "
+        "gone before its shard started), moves to the next pool with an online worker; not a failed attempt."))
     poll_interval_s: PositiveFloat = Field(2.0, description="How often the coordinator looks at its shards.")
 
     @field_validator("pools")

@@ -61,4 +61,5 @@ def test_validate_says_what_the_accepted_section_will_do(make_config, tmp_path):
     result = CliRunner().invoke(app, ["validate", str(tmp_path / "config.yaml")])
     assert result.exit_code == 0, result.output
     assert ("fanout: datagen in 2 shards, extract in 3 shards over pools node-a, node-b (shard i starts on pool i "
-            "mod 2); 2 retries per shard; a shard silent for 180 s is lost") in " ".join(result.output.split())
+            "mod 2); 2 retries per shard; a shard silent for 180 s is lost; one not started after 60 s on a pool with no "
+            "online worker moves") in " ".join(result.output.split())

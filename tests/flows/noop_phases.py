@@ -43,6 +43,17 @@ TINY_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "tiny-cpu.yaml"
 # Each stand-in's one output is output.txt (written last): a phase is done only while it exists.
 TABLE = tuple(replace(p, outputs=("output.txt",))
               for p in with_runs({p: f"noop_phases:{p}" for p in ("datagen", "extract", "train", "bench")}))
+# The same, with datagen shardable (EAGLE3_PHASE_TABLE=noop_phases:SHARDED): each shard writes its own
+# output.txt in its shard run dir; the merge joins them (tests of the fan-out coordinator, no engines).
+SHARDED = tuple(replace(p, shards="noop_phases:merge") if p.name == "datagen" else p for p in TABLE)
+
+
+def merge(cfg, shard_cfgs) -> PhaseSummary:
+    out = cfg.phase_dir("datagen")
+    out.mkdir(parents=True, exist_ok=True)
+    parts = [(s.phase_dir("datagen") / "output.txt").read_text() for s in shard_cfgs]
+    (out / "output.txt").write_text("".join(parts))
+    return PhaseSummary(str(out / "output.txt"), f"merged {len(parts)} shards", {"shards": len(parts)})
 
 
 def overrides_env() -> dict[str, str]:
@@ -160,19 +171,19 @@ def _bench_report(cfg, out: Path, regression: bool) -> dict:
             "table": results["table"], "gate": results["gate"]["status"], "trained": regression}
 
 
-def datagen(cfg, sup, on_progress=None):
+def datagen(cfg, sup, on_progress=None, shard=None):
     return _phase("datagen", cfg, sup, on_progress)
 
 
-def extract(cfg, sup, on_progress=None):
+def extract(cfg, sup, on_progress=None, shard=None):
     return _phase("extract", cfg, sup, on_progress)
 
 
-def train(cfg, sup, on_progress=None):
+def train(cfg, sup, on_progress=None, shard=None):
     return _phase("train", cfg, sup, on_progress)
 
 
-def bench(cfg, sup, on_progress=None):
+def bench(cfg, sup, on_progress=None, shard=None):
     return _phase("bench", cfg, sup, on_progress)
 
 
