@@ -66,6 +66,8 @@ class Phase:
     options: tuple[Option, ...] = ()  # more options of `eagle3 <name>`
     keeps: str = "a rerun resumes where this stopped"  # what an interrupted run of the phase keeps
     publish: str | None = None  # "module:function(name, details)" an orchestrator calls with the summary's details
+    written: str | None = None  # "module:function(phase_dir) -> int": items its output already holds, counted from
+    # the files (a shard's done count for the coordinator, whatever its progress events said)
     shards: str | None = None  # "module:function(cfg, shard_cfgs) -> PhaseSummary": merges the phase's shards
     # (the phase function then takes `shard=(index, count)`); None: the phase runs on one node only
 
@@ -75,6 +77,10 @@ class Phase:
 
     def function(self) -> Callable:
         return _resolve(self.run)
+
+    def count_written(self, phase_dir: Path) -> int | None:
+        """Items the phase's output in `phase_dir` already holds (its row's `written`); None: not counted."""
+        return _resolve(self.written)(phase_dir) if self.written else None
 
     def merge(self) -> Callable:
         """The function that merges the phase's shards (its row's `shards`)."""
@@ -111,13 +117,15 @@ PIPELINE: tuple[Phase, ...] = (
           options=(Option("--base-url", "base_url", "Use this already running OpenAI-compatible server (e.g. "
                           "http://127.0.0.1:8000, no /v1) instead of starting the configured one.",
                           foreign_server=True),),
-          keeps="finished rows are kept; rerun to resume", shards=_S + "datagen_shards:merge_datagen"),
+          keeps="finished rows are kept; rerun to resume", shards=_S + "datagen_shards:merge_datagen",
+          written=_S + "datagen_shards:rows_written"),
     Phase("extract", "datagen", _S + "extract:run_extract",
           "hs_*.safetensors: the target's hidden states for every sample, and their manifest",
           settings=_S + "extract_settings:Extract", outputs=(layout.EXTRACT_MANIFEST,), server=True,
           help="Phase 2 alone: hidden states of phase 1's samples (resumes: valid files are kept, broken ones "
                "redone).",
-          keeps="finished hidden-state files are kept; rerun to resume", shards=_S + "extract_shards:merge_extract"),
+          keeps="finished hidden-state files are kept; rerun to resume", shards=_S + "extract_shards:merge_extract",
+          written=_S + "extract_shards:files_written"),
     Phase("train", "extract", _S + "train:run_train", "the trained EAGLE-3 drafter (checkpoints, manifest.json)",
           settings=_S + "train_settings:Train", outputs=(layout.TRAIN_MANIFEST,), purge=(layout.HS_CACHE,),
           help="Phase 3 alone: train the drafter (resumes, incl. an interrupted save), gate it for the serving "

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from .. import phase_table
 from ..fsio import atomic_write_json, read_json
 from ..layout import RunLayout
 from .slices import Shard
@@ -28,13 +29,20 @@ def heartbeat(run_dir: Path, shard: Shard) -> dict | None:
 
 
 def progress_of(run_dir: Path, shard: Shard) -> tuple[int | None, int | None]:
-    """(done, total) of the shard's phase, from the shard's own progress record."""
+    """(done, total) of the shard's phase: the total from the shard's own progress record, the done
+    count from the files its output holds where the phase row counts them (a progress record can lag
+    or read 0 for a shard that wrote everything), else from the record."""
+    layout = RunLayout(shard_dir(run_dir, shard))
     try:
-        prog = read_json(RunLayout(shard_dir(run_dir, shard)).progress) or {}
+        prog = read_json(layout.progress) or {}
     except (OSError, ValueError):
-        return None, None
+        prog = {}
     view = (prog.get("phases") or {}).get(shard.phase) or {}
-    return view.get("done"), view.get("total")
+    done, total = view.get("done"), view.get("total")
+    written = phase_table.get(shard.phase).count_written(layout.phase_dir(shard.phase))
+    if written is not None and (written or done is not None or total is not None):
+        done = max(written, done or 0)
+    return done, total
 
 
 def write(run_dir: Path, phase: str, entries: list[dict]) -> None:

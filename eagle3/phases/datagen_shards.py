@@ -17,6 +17,7 @@ from ..config import PipelineConfig
 from ..errors import GateError
 from ..fanout.slices import Shard
 from ..fsio import atomic_write_json, atomic_write_text, read_json
+from ..layout import SAMPLES
 from ..prompts import load_prompts
 from . import PhaseSummary
 from .datagen import PHASE, DatagenPaths, DatagenSummary, content_settings, failed_prompts_gate
@@ -81,3 +82,12 @@ def _summed(cfg: PipelineConfig, paths: DatagenPaths, summaries: list[dict], sam
         elapsed_s=round(time.monotonic() - t0, 3), endpoint="; ".join(str(s.get("endpoint")) for s in summaries),
         model=cfg.target.served_name, output=str(Path(paths.samples)),
         output_tok_s=round(sums["completion_tokens"] / generation_s, 2) if generation_s > 0 else 0.0, **sums)
+
+
+def rows_written(phase_dir: Path) -> int:
+    """Complete rows of a datagen output (a shard's done count: each row is one finished sample)."""
+    try:
+        with open(Path(phase_dir) / SAMPLES, "rb") as fh:
+            return sum(chunk.count(b"\n") for chunk in iter(lambda: fh.read(1 << 20), b""))
+    except FileNotFoundError:
+        return 0

@@ -105,3 +105,8 @@ def merge_extract(cfg: PipelineConfig, shard_cfgs: list[PipelineConfig]) -> Phas
     return PhaseSummary(str(manifest_file), (
         f"{index.num_samples} hidden-state files merged from {count} shards ({summary.new_files} new), layers "
         f"{manifest.layer_ids}, {index.total_tokens} tokens, {total_bytes} bytes -> {manifest_file}"), details)
+
+
+def files_written(phase_dir: Path) -> int:
+    """Hidden-state files of an extract output (a shard's done count: each is renamed into place whole)."""
+    return sum(1 for _ in (Path(phase_dir) / "hidden_states").glob("hs_*.safetensors"))

@@ -1,0 +1,36 @@
+"""A shard's done count comes from the files its output holds (issue 41: an extract shard that wrote all
+its 32 files showed 0/32, its progress record reading done 0)."""
+
+from __future__ import annotations
+
+import json
+
+from eagle3.fanout import ledger
+from eagle3.fanout.slices import Shard
+from eagle3.layout import RunLayout
+
+
+def _shard_layout(run_dir, shard: Shard) -> RunLayout:
+    return RunLayout(ledger.shard_dir(run_dir, shard))
+
+
+def test_an_extract_shard_that_wrote_every_file_counts_them_all(tmp_path):
+    shard = Shard("extract", 1, 2)
+    layout = _shard_layout(tmp_path, shard)
+    layout.progress.parent.mkdir(parents=True)
+    layout.progress.write_text(json.dumps({"phases": {"extract": {"done": 0, "total": 32}}}))
+    files = layout.phase_dir("extract") / "hidden_states"
+    files.mkdir(parents=True)
+    for i in range(32):
+        (files / f"hs_{i}.safetensors").write_bytes(b"x")
+    (files / "hs_32.safetensors.tmp").write_bytes(b"x")  # not renamed into place: not written
+    assert ledger.progress_of(tmp_path, shard) == (32, 32)
+
+
+def test_a_datagen_shard_counts_its_complete_rows(tmp_path):
+    shard = Shard("datagen", 0, 2)
+    out = _shard_layout(tmp_path, shard).phase_dir("datagen")
+    out.mkdir(parents=True)
+    (out / "samples.jsonl").write_text('{"id": 1}\n{"id": 2}\n{"id": 3}\n{"id": 4, "conv')  # the last one half-written
+    assert ledger.progress_of(tmp_path, shard) == (3, None)
+    assert ledger.progress_of(tmp_path, Shard("datagen", 1, 2)) == (None, None), "nothing yet: nothing claimed"
