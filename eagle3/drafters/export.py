@@ -23,7 +23,7 @@ import uuid
 from pathlib import Path
 
 from .formats import (ENGINES, LAYER_INPUT, LAYER_OUTPUT, SGLANG_ARCH, DrafterConfig, from_layer_input, parse_config, to_layer_input)
-from ..errors import GateError, echo
+from ..errors import ConfigError, GateError, echo
 from ..fsio import atomic_write_json, fsync_dir
 from ..inputfiles import MAX_JSON_BYTES, read_capped
 from ..safetensors_header import Header, read_header
@@ -126,6 +126,8 @@ def export_drafter(src: Path | str, dst: Path | str, engine: str, source_convent
     src, dst = Path(src), Path(dst).absolute()
     try:  # read_capped: a FIFO or device in place of the file must not block the export
         raw = json.loads(read_capped(src / "config.json", MAX_JSON_BYTES, "config.json"))
+    except ConfigError as e:  # not a readable file: the checkpoint fails, as check-drafter's gate says (exit 1)
+        raise GateError(str(e)) from None
     except (ValueError, RecursionError) as e:
         raise GateError(f"{src}/config.json is not valid JSON ({echo(str(e), 200, quote=False)})") from None
     c, problems = parse_config(raw) if isinstance(raw, dict) else (None, ["config.json must hold a JSON object"])
