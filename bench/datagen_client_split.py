@@ -16,7 +16,6 @@ to vllm-bench; --json keeps every round.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -30,9 +29,9 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from datagen_vs_vllm_bench import free_port, machine, run_ours, run_vllm, variant  # noqa: E402
+from datagen_vs_vllm_bench import free_port, machine, run_ours, run_vllm, variant, work_args  # noqa: E402
 
-from eagle3.config import TINY_CONFIG, load_config  # noqa: E402
+from eagle3.config import load_config  # noqa: E402
 from eagle3.engines.serving import api_key, base_url, start_server  # noqa: E402
 from eagle3.phases.datagen import build_payload  # noqa: E402
 from eagle3.process.services import Supervisor  # noqa: E402
@@ -92,15 +91,7 @@ def one(kind: str, cfg, sup, url, key, prompts, dataset, work: Path, tag: str, a
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--config", type=Path, default=TINY_CONFIG)
-    ap.add_argument("--base-url", help="use this running server (serving target.served_name) instead of starting one")
-    ap.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="NAME",
-                    help="with --base-url: the environment variable holding that server's key (if it has one)")
-    ap.add_argument("--num-prompts", type=int, default=128)
-    ap.add_argument("--concurrency", type=int, default=8)
-    ap.add_argument("--max-tokens", type=int, default=64)
-    ap.add_argument("--rounds", type=int, default=4)
+    ap = work_args(__doc__, num_prompts=128, rounds=4)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--smoke", action="store_true", help="1 round of 8 prompts of 16 tokens")
     args = ap.parse_args()

@@ -149,16 +149,22 @@ def record(path: Path, args, cfg: PipelineConfig, rows: list[tuple[str, dict, di
         fh.write("\n".join(lines))
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def work_args(doc: str, num_prompts: int, rounds: int) -> argparse.ArgumentParser:
+    """The options both client benchmarks share: the server, and the work of one round."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", type=Path, default=TINY_CONFIG)
     ap.add_argument("--base-url", help="use this running server (serving target.served_name) instead of starting one")
     ap.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="NAME",
                     help="with --base-url: the environment variable holding that server's key (if it has one)")
-    ap.add_argument("--num-prompts", type=int, default=64)
+    ap.add_argument("--num-prompts", type=int, default=num_prompts)
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=64)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=rounds)
+    return ap
+
+
+def main() -> int:
+    ap = work_args(__doc__, num_prompts=64, rounds=2)
     ap.add_argument("--results", type=Path, default=HERE / "RESULTS.md")
     ap.add_argument("--no-record", action="store_true")
     ap.add_argument("--keep", action="store_true", help="keep the scratch dir (logs, samples, vLLM results)")

@@ -77,16 +77,18 @@ def test_the_vllm_bench_scripts_smoke(name, tmp_path):
         assert "run 1: " in res.stdout and len(list((tmp_path / "out" / "history").glob("*.json"))) == 1
 
 
+def _client_bench(name: str, vllm_server, tmp_path) -> tuple[subprocess.CompletedProcess, dict]:
+    """A client benchmark in smoke mode against the session's shared server: its run and its --json."""
+    out = tmp_path / f"{name}.json"
+    res = _script(name, "--smoke", "--base-url", vllm_server.base_url, "--json", str(out),
+                  env={**os.environ, "OPENAI_API_KEY": vllm_server.key})
+    return res, json.loads(out.read_text())
+
+
 @pytest.mark.slow
 @pytest.mark.engine
 def test_datagen_client_vs_vllm_bench_smoke(vllm_server, tmp_path):
-    out = tmp_path / "datagen-bench.json"
-    res = subprocess.run([sys.executable, str(REPO / "bench" / "datagen_vs_vllm_bench.py"), "--smoke",
-                          "--base-url", vllm_server.base_url, "--json", str(out)],
-                         capture_output=True, text=True, timeout=500, cwd=REPO,
-                         env={**os.environ, "OPENAI_API_KEY": vllm_server.key})
-    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
-    data = json.loads(out.read_text())
+    res, data = _client_bench("datagen_vs_vllm_bench.py", vllm_server, tmp_path)
     [row] = data["rounds"]
     # the same work on both sides: 8 prompts x 16 tokens (greedy, ignore_eos)
     assert row["ours"]["tokens"] == row["vllm_bench"]["tokens"] == 8 * 16
@@ -97,13 +99,8 @@ def test_datagen_client_vs_vllm_bench_smoke(vllm_server, tmp_path):
 @pytest.mark.slow
 @pytest.mark.engine
 def test_datagen_client_split_smoke(vllm_server, tmp_path):
-    out = tmp_path / "split.json"
-    res = subprocess.run([sys.executable, str(REPO / "bench" / "datagen_client_split.py"), "--smoke",
-                          "--base-url", vllm_server.base_url, "--json", str(out)],
-                         capture_output=True, text=True, timeout=500, cwd=REPO,
-                         env={**os.environ, "OPENAI_API_KEY": vllm_server.key})
-    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
-    [row] = json.loads(out.read_text())["rounds"]
+    _, data = _client_bench("datagen_client_split.py", vllm_server, tmp_path)
+    [row] = data["rounds"]
     # every variant did the same work: 8 prompts x 16 tokens (greedy, ignore_eos)
     assert {kind: r["tokens"] for kind, r in row.items()} == {kind: 8 * 16 for kind in row} and len(row) == 5
 
