@@ -181,10 +181,14 @@ def params(config_path: str, **extra) -> dict:
 
 
 def run_logs(flow_run_id: UUID) -> list:
-    """Every log record the server holds for a flow run (its tasks' included), oldest first."""
+    """Every log record the server holds for a flow run (its tasks' included), oldest first. A flow run
+    in this process hands its records to a background sender; drain it first, or the newest records
+    (those of a run that just returned) may not have reached the server yet."""
     from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
     from prefect.client.schemas.sorting import LogSort
+    from prefect.logging.handlers import APILogWorker
 
+    APILogWorker.drain_all(timeout=10)
     with client() as c:
         return c.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])),
                            sort=LogSort.TIMESTAMP_ASC)
