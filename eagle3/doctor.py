@@ -18,7 +18,7 @@ from .config import PipelineConfig, default_aux_layer_ids, num_hidden_layers, re
 from .config.target_model import target_config
 from .errors import ConfigError, PipelineError
 from .fsio import atomic_write_json, read_json
-from .engines import benchclient, trainer_compat
+from .engines import engine_registry, trainer_compat
 from .engines.probe import import_errors, inspect_engine
 from .process.services import Supervisor
 
@@ -60,11 +60,17 @@ def check_engine_env(cfg, sup, engine: str) -> Check:
     flags = info.get("serve_flags") or {}
     said = "; server flags " + ", ".join(f"{f} {'accepted' if ok else 'absent (not passed)'}"
                                           for f, ok in flags.items()) if flags else ""
-    if engine == "vllm" and "serve_flags_error" in info:
+    if "serve_flags_error" in info:  # asked only of an engine with optional_serve_flags
         return Check(f"engine-env:{engine}", FAIL, f"importable ({versions}), but its server's argument parser could "
                      f"not be read: {info['serve_flags_error']}", "use a vLLM build whose `vllm serve` parser "
                      "the probe can build (0.25 and 0.32 are known to work)")
     return Check(f"engine-env:{engine}", PASS, f"importable: {versions}{said}")
+
+
+def uninspected_engine(engine: str) -> Check:
+    return Check(f"engine-env:{engine}", WARN, f"the doctor has no in-engine probe for {engine} (engine_side/"
+                 "inspect_target.py): its versions and its support for the target are first seen when its server "
+                 "starts", f"add {engine} to engine_side/inspect_target.py to have them checked here")
 
 
 def check_target_support(cfg, sup, engine: str) -> list[Check]:
@@ -128,7 +134,8 @@ def check_load_generator(cfg: PipelineConfig, sup: Supervisor) -> Check | None:
     engine = cfg.bench.engine
     if getattr(cfg.engines, engine) is None:
         return None  # the config check already names the missing engines section
-    module, client = benchclient.MODULES[engine], benchclient.CLIENTS[engine][0]
+    adapter = engine_registry.get(engine)
+    module, client = adapter.load_client_module, adapter.load_client
     if failed := import_errors(cfg, sup, engine, module).get(module):
         why, missing = failed
         return Check(f"load-generator:{engine}", FAIL, f"the benchmark's load generator (`{client}`) cannot run in "
@@ -342,9 +349,13 @@ def run_doctor(cfg: PipelineConfig, sup: Supervisor | None = None, engines: bool
     if engines:
         used = {engine for _, _, engine in phase_table.servers(cfg)}  # each serving phase's engine
         for engine in sorted(used):
-            if getattr(cfg.engines, engine) is not None:
+            if getattr(cfg.engines, engine) is None:
+                continue
+            if engine_registry.get(engine).inspected:
                 timed(check_engine_env, cfg, sup, engine)
                 timed(check_target_support, cfg, sup, engine)
+            else:
+                timed(uninspected_engine, engine)
         timed(check_load_generator, cfg, sup)
         timed(check_trainer, cfg, sup)
     timed(check_drafter, cfg)

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import ipaddress
 
+from .engines import engine_registry
 from .process.services import OWNER_ENV, SERVICE_ENV
 
-SPECULATIVE = ("the pack's own speculative decoding settings (bench: bench.num_speculative_tokens with the trained "
-               "or bench.drafter drafter; extract: hidden-state capture; datagen serves the target alone)")
 FLAG_FILE = "every flag the pack sets (a flag file can hold --port, --host, ... where they cannot be checked)"
 
-# flag spellings -> what the pack sets them from ("{s}" = the phase section)
+# flag spellings -> what the pack sets them from ("{s}" = the phase section), on every engine's server;
+# each engine adds its own (Engine.managed_flags)
 _SERVER_COMMON = {
     ("--host",): "{s}.server.host",
     ("--port",): "{s}.server.port",
@@ -28,20 +28,6 @@ _SERVER_COMMON = {
     ("--dtype",): "target.dtype",
     ("--trust-remote-code", "--no-trust-remote-code"): "target.trust_remote_code",
     ("--config",): FLAG_FILE,
-}
-SERVER_FLAGS = {
-    "vllm": {**_SERVER_COMMON,
-             ("--model",): "target.model",
-             ("--uds",): "{s}.server.host and {s}.server.port",
-             ("--tensor-parallel-size", "-tp"): "target.tensor_parallel_size",
-             ("--max-model-len",): "target.max_model_len",
-             ("--speculative-config", "-sc"): SPECULATIVE},
-    "sglang": {**_SERVER_COMMON,
-               ("--model-path", "--model"): "target.model",
-               ("--tp-size", "--tensor-parallel-size"): "target.tensor_parallel_size",
-               ("--context-length",): "target.max_model_len",
-               ("--speculative-algorithm", "--speculative-draft-model-path", "--speculative-draft-model",
-                "--speculative-num-steps", "--speculative-eagle-topk", "--speculative-num-draft-tokens"): SPECULATIVE},
 }
 PHASE_SERVER_FLAGS = {"extract": {("--kv-transfer-config",): "the pack's hidden-state capture (extract phase)"}}
 
@@ -71,15 +57,6 @@ _ANY_ENGINE_ENV = {
     OWNER_ENV: "the run's own token (it marks each process it starts, to find them again)",
     SERVICE_ENV: "the run's own service ids (it marks each process it starts, to find them again)",
 }
-ENGINE_ENV = {
-    "vllm": {**_ANY_ENGINE_ENV,
-             "VLLM_API_KEY": "*.server.api_key",
-             "VLLM_PORT": "*.server.port and handoff.extra_ports (VLLM_PORT pins vLLM's internal ports next to them, "
-                          "where the handoff does not look)"},
-    "sglang": dict(_ANY_ENGINE_ENV),
-    "speculators": dict(_ANY_ENGINE_ENV),
-}
-REMOTE_ENV = {"vllm": "VLLM_HOST_IP"}  # allowed when loopback, or with allow_remote on a server of that engine
 
 
 def _long_name(arg: str) -> str | None:
@@ -124,14 +101,24 @@ def flag_conflicts(args: list[str], table: dict[tuple[str, ...], str], section: 
 
 
 def server_flag_table(engine: str, section: str) -> dict[tuple[str, ...], str]:
-    return {**SERVER_FLAGS[engine], **PHASE_SERVER_FLAGS.get(section, {})}
+    return {**_SERVER_COMMON, **engine_registry.get(engine).managed_flags, **PHASE_SERVER_FLAGS.get(section, {})}
+
+
+def engine_env_table(name: str) -> dict[str, str]:
+    """Variables the pack sets in the processes of `name` (an engine, or speculators), with their source."""
+    return {**_ANY_ENGINE_ENV, **({} if name == "speculators" else engine_registry.get(name).managed_env)}
+
+
+def remote_env(name: str) -> str | None:
+    """The variable that binds `name`'s internal ports, if it has one."""
+    return None if name == "speculators" else engine_registry.get(name).remote_env
 
 
 def env_conflicts(engine: str, env: dict[str, str], remote_allowed: bool) -> list[tuple[str, str]]:
     """(variable, why it may not be set, with the fix) for each variable the pack sets itself."""
     found = [(var, f"also set by the pack, from {owner}; a second value silently wins or loses: remove it")
-             for var, owner in ENGINE_ENV[engine].items() if var in env]
-    var = REMOTE_ENV.get(engine)
+             for var, owner in engine_env_table(engine).items() if var in env]
+    var = remote_env(engine)
     if var in env and not remote_allowed and not is_loopback(env[var]):
         found.append((var, "a non-loopback address exposes the engine's internal ports to the network; use 127.0.0.1, "
                            "or set allow_remote: true on the server of a phase that runs this engine"))

@@ -11,11 +11,9 @@ from typing import Callable
 
 from .. import progress
 from ..config import PipelineConfig
-from ..engines import benchclient, loadgen
-from ..engines.metrics import (MetricsError, SpecCounters, Traffic, acceptance, engine_version,
-                              scrape_sglang_all, scrape_vllm_all, sglang_accept_length)
+from ..engines import benchclient, engine_registry
+from ..engines.metrics import SpecCounters, Traffic, acceptance, engine_version
 from ..engines.serving import api_key, base_url, start_server
-from ..engines.spec_decode import acceptance_source, spec_args
 from ..errors import CommandFailed, ConfigError, TransientError
 from ..openai_client import OpenAIClient, RetryPolicy
 from ..process.services import Process, Supervisor
@@ -32,19 +30,13 @@ def _headers(cfg: PipelineConfig) -> dict[str, str]:
 
 
 def _snapshot(cfg: PipelineConfig, url: str, k: int, before: bool = True) -> tuple[SpecCounters | None, Traffic]:
-    """(spec-decode counters, or None for the baseline; traffic counters), from the server's /metrics."""
-    if cfg.bench.engine == "vllm":
-        spec, traffic = scrape_vllm_all(url, cfg.target.served_name, _headers(cfg))
-    else:
-        spec, traffic = scrape_sglang_all(url, k, cfg.target.served_name, _headers(cfg))
-        if k and spec is None and before:
-            # SGLang's verify series appears with the first verify step it counts; until then the
-            # formulas hold with 0 verify calls (requests it finished without one still count).
-            spec = SpecCounters(accepted=traffic.generation_tokens - traffic.requests)
+    """(spec-decode counters, or None for the baseline; traffic counters), from the server's metrics."""
+    engine = engine_registry.get(cfg.bench.engine)
+    spec, traffic = engine.scrape(url, k, cfg.target.served_name, _headers(cfg), before=before)
     if k and spec is None:
         # The drafter is configured, yet the server counts no speculation: it is not speculating.
         raise ConfigError(f"{url}/metrics has no spec-decode counters although the server was started with a "
-                          f"drafter ({' '.join(spec_args(cfg.bench.engine, Path('DRAFTER'), k))}); check the server "
+                          f"drafter ({' '.join(engine.spec_args(Path('DRAFTER'), k))}); check the server "
                           "log for how it took those flags")
     return spec, traffic
 
@@ -94,15 +86,15 @@ def _open_client(cfg: PipelineConfig, sup: Supervisor, paths: BenchPaths, label:
     """The load generator for one server's windows (vLLM: started now, importing while the server starts)."""
     b = cfg.bench
     env = dict(getattr(cfg.engines, b.engine).env)
-    env["OPENAI_API_KEY"] = api_key(cfg, b.server, "bench.server")  # both clients read the key from here
-    return loadgen.open_client(sup, b.engine, getattr(cfg.engines, b.engine), env, f"bench-client-{slug(label)}",
-                               paths.logs, PHASE, b.server.hang_timeout_s)
+    env["OPENAI_API_KEY"] = api_key(cfg, b.server, "bench.server")  # every engine's client reads the key from here
+    return engine_registry.get(b.engine).open_load_client(sup, getattr(cfg.engines, b.engine), env,
+                                                   f"bench-client-{slug(label)}", paths.logs, PHASE,
+                                                   b.server.hang_timeout_s)
 
 
 def _run_client(cfg: PipelineConfig, client, proc: Process, paths: BenchPaths, url: str, label: str,
                 concurrency: int, dataset: Path, num_prompts: int, tag: str = "") -> benchclient.LoadResult:
     b = cfg.bench
-    parse_fn = benchclient.CLIENTS[b.engine][2]
     result_file = paths.clients / f"{slug(label)}{tag}-c{concurrency}.json"
     result_file.parent.mkdir(parents=True, exist_ok=True)
     result_file.unlink(missing_ok=True)  # SGLang's client appends; a retry must not read an old line
@@ -115,7 +107,7 @@ def _run_client(cfg: PipelineConfig, client, proc: Process, paths: BenchPaths, u
     except CommandFailed:
         proc.check_alive()  # a dead server explains a failed client better (and is retryable)
         raise
-    load = parse_fn(result_file)
+    load = engine_registry.get(b.engine).parse_load(result_file)
     if load.completed == 0:
         proc.check_alive()
         raise TransientError(f"{label}, concurrency {concurrency}: no request completed ({load.failed} failed); "
@@ -128,7 +120,7 @@ def _measure_window(cfg: PipelineConfig, client, proc: Process, paths: BenchPath
     """One load-generator run at concurrency c between two counter snapshots. A window whose
     server-side request and token counts differ from the load generator's was shared with other
     traffic; it is discarded and measured again (WINDOW_ATTEMPTS in all)."""
-    discarded = []
+    engine, discarded = engine_registry.get(cfg.bench.engine), []
     for attempt in range(1, WINDOW_ATTEMPTS + 1):
         before, traffic_before = _snapshot(cfg, url, k)
         started = time.time()
@@ -151,13 +143,13 @@ def _measure_window(cfg: PipelineConfig, client, proc: Process, paths: BenchPath
         if after is not None:
             delta = after - before
             w.update(counters_before=before.to_dict(), counters_after=after.to_dict(), delta=delta.to_dict(),
-                     acceptance=acceptance(delta, acceptance_source(cfg.bench.engine)).to_dict())
-        if cfg.bench.engine == "sglang" and k:  # SGLang's own since-start average, a cross-check only
-            try:
-                w["server_avg_accept_length_since_start"] = sglang_accept_length(url, _headers(cfg))
-            except MetricsError as e:
-                w["server_avg_accept_length_since_start"] = None
-                log.warning("bench %s c=%d: %s (the window's acceptance comes from /metrics)", label, c, e)
+                     acceptance=acceptance(delta, engine.acceptance_source).to_dict())
+        if k:  # the engine's own acceptance figure, if it has one: a cross-check only
+            own = engine.cross_check(url, _headers(cfg))
+            if own.get("cross_check_error"):
+                log.warning("bench %s c=%d: %s (the window's acceptance comes from its counters)", label, c,
+                            own.pop("cross_check_error"))
+            w.update(own)
         return w
     raise TransientError(f"bench {label}, concurrency {c}: {WINDOW_ATTEMPTS} windows in a row held other requests "
                          f"than the load generator's ({'; '.join(discarded)}): something else is sending requests to "
@@ -174,7 +166,8 @@ def measure_server(cfg: PipelineConfig, sup: Supervisor, label: str, k: int, dra
     Returns its record. before_window(concurrency) and on_window() are called around each window."""
     b = cfg.bench
     paths = BenchPaths.of(cfg)
-    extra = spec_args(b.engine, Path(drafter), k) if k else []
+    engine = engine_registry.get(b.engine)
+    extra = engine.spec_args(Path(drafter), k) if k else []
     client = _open_client(cfg, sup, paths, label)
     t0 = time.monotonic()
     try:
@@ -186,7 +179,7 @@ def measure_server(cfg: PipelineConfig, sup: Supervisor, label: str, k: int, dra
     url = base_url(b.server)
     try:
         record = {"label": label, "k": k, "startup_s": startup_s, "argv": proc.spec.shown_argv(),
-                  "log": str(proc.spec.log), "engine_version": engine_version(url, b.engine, _headers(cfg))}
+                  "log": str(proc.spec.log), "engine_version": engine_version(url, engine.version_paths, _headers(cfg))}
         at_ready, traffic_at_ready = _snapshot(cfg, url, k)
         progress.step(PHASE, f"{label}: warm-up ({b.warmup_prompts} requests, not measured)")
         record["warmup"] = _warmup(cfg, url, warmup_texts)
@@ -211,7 +204,7 @@ def measure_server(cfg: PipelineConfig, sup: Supervisor, label: str, k: int, dra
         record["counters_at_stop"] = at_stop.to_dict() if at_stop else None
         record["traffic_at_ready"] = traffic_at_ready.to_dict() if traffic_at_ready else None
         record["traffic_at_stop"] = traffic_at_stop.to_dict() if traffic_at_stop else None
-        if b.engine == "sglang" and k:
+        if k and "server_avg_accept_length_since_start" in windows[-1]:
             record["accept_length_final"] = windows[-1]["server_avg_accept_length_since_start"]
         proc.check_alive()
     finally:

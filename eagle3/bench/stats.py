@@ -9,7 +9,6 @@ Inputs are the JSON-ready server runs the bench phase records (see eagle3/phases
 from __future__ import annotations
 
 from ..engines.metrics import SpecCounters, acceptance
-from ..engines.spec_decode import acceptance_source
 from .repeats import FASTER, NOT_FASTER, UNDECIDED, mean_interval, ratio_interval, verdict
 
 # What makes a trained drafter's acceptance collapse (docs/FACTS.md §2, §7, §8 F4/F7).
@@ -40,14 +39,16 @@ SLOWER_CAUSES = [
 
 
 def pool_windows(windows: list[dict], engine: str) -> dict | None:
-    """Acceptance over all measured windows of one server: summed counter deltas, formulas re-applied."""
-    deltas = [SpecCounters.from_dict(w["delta"]) for w in windows if w.get("delta")]
-    if not deltas:
+    """Acceptance over all measured windows of one server: summed counter deltas, formulas re-applied
+    (said to come from where each window's did)."""
+    counted = [w for w in windows if w.get("delta")]
+    if not counted:
         return None
-    total = deltas[0]
-    for d in deltas[1:]:
-        total = total + d
-    return acceptance(total, acceptance_source(engine)).to_dict()
+    total = SpecCounters.from_dict(counted[0]["delta"])
+    for w in counted[1:]:
+        total = total + SpecCounters.from_dict(w["delta"])
+    source = (counted[0].get("acceptance") or {}).get("source") or f"{engine} counter deltas around each window"
+    return acceptance(total, source).to_dict()
 
 
 def pooled_acceptance(run: dict, engine: str) -> dict | None:

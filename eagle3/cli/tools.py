@@ -11,6 +11,8 @@ import typer
 from rich.markup import escape
 
 from ..config import owned_dir_problem
+from ..drafters.formats import CONVENTIONS
+from ..engines import engine_registry
 from ..errors import ConfigError, PipelineError
 from .app import app
 from .common import ConfigArg, check_replaceable, err, fail, fail_with, load_cfg, out
@@ -130,8 +132,8 @@ def check_drafter_cmd(
     """Gate a drafter checkpoint for a serving engine: exit 0 pass, 1 fail (each problem says what to fix)."""
     from ..drafters.loadable import check_drafter
 
-    if engine not in ("vllm", "sglang"):
-        fail(f"--engine: {engine!r}; choose vllm or sglang")
+    if engine not in engine_registry.names():
+        fail(f"--engine: {engine!r}; choose one of {', '.join(engine_registry.names())}")
     report = check_drafter(directory, engine, target=target, expected_aux_ids=list(aux_layer_ids) if aux_layer_ids else None)
     if as_json:
         print(json.dumps(report.to_dict(), indent=2))
@@ -153,8 +155,10 @@ def export_drafter_cmd(
     from ..drafters.loadable import check_drafter
     from ..drafters.export import export_drafter
 
-    if engine not in ("vllm", "sglang") or convention not in (None, "vllm", "sglang"):
-        fail("--engine and --aux-convention take vllm or sglang")
+    if engine not in engine_registry.names():
+        fail(f"--engine: {engine!r}; choose one of {', '.join(engine_registry.names())}")
+    if convention not in (None, *CONVENTIONS):
+        fail(f"--aux-convention: {convention!r}; choose one of {', '.join(CONVENTIONS)}")
     check_replaceable(output, "OUTPUT")
     try:
         path = export_drafter(directory, output, engine, source_convention=convention)

@@ -19,6 +19,11 @@ def server_engines(cfg: PipelineConfig) -> list[tuple[str, str]]:
     return [(phase, engine) for phase, _, engine in phase_table.servers(cfg)]
 
 
+def environments(cfg: PipelineConfig) -> list[str]:
+    """The config's `engines` sections: each registered engine's, then speculators'."""
+    return list(type(cfg.engines).model_fields)
+
+
 def cross_checks(cfg: PipelineConfig) -> list[tuple[str, str]]:
     """Rules that span sections; each problem is (field path, message with the fix)."""
     problems: list[tuple[str, str]] = []
@@ -52,7 +57,7 @@ def _managed_conflicts(cfg: PipelineConfig) -> list[tuple[str, str]]:
         for i, arg, owner in managed.flag_conflicts(args, managed.server_flag_table(engine, section), section):
             problems.append((f"{section}.server.extra_args[{i}]", f"{echo(arg)} is also set by the pack, from {owner}; "
                                                                  f"{twice}: remove it from extra_args"))
-    for name in ("vllm", "sglang", "speculators"):
+    for name in environments(cfg):
         env = getattr(cfg.engines, name)
         if env is not None:
             remote_ok = any(getattr(cfg, s).server.allow_remote for s, e in server_engines(cfg) if e == name)
@@ -84,8 +89,8 @@ def remote_binds(cfg: PipelineConfig) -> list[str]:
         if not managed.is_loopback(server.host):
             lines.append(f"{section}.server.host is {server.host}: the {section} server is reachable from the network "
                          f"(allowed by {section}.server.allow_remote){'' if server.api_key else ', without an api_key'}")
-    for name, var in managed.REMOTE_ENV.items():
-        env = getattr(cfg.engines, name)
+    for name in environments(cfg):
+        env, var = getattr(cfg.engines, name), managed.remote_env(name)
         if env is not None and var in env.env and not managed.is_loopback(env.env[var]):
             lines.append(f"engines.{name}.env.{var} is {echo(env.env[var])}: {name}'s internal ports are reachable "
                          "from the network (allowed by allow_remote)")
@@ -103,7 +108,7 @@ def file_checks(cfg: PipelineConfig, source: str) -> list[str]:
     elif why := file_problem(config_json):
         problems.append(f"{source}: target.model: {str(model)!r} has no usable config.json ({config_json} {why}); "
                         "it must be a Hugging Face model dir")
-    for name in ("vllm", "sglang", "speculators"):
+    for name in environments(cfg):
         env = getattr(cfg.engines, name)
         if env is not None and env.python is not None and (
                 why := file_problem(env.python) or (None if os.access(env.python, os.X_OK) else "is not executable")):

@@ -16,7 +16,8 @@ from .. import phase_table
 from ..errors import echo
 from ..layout import RunLayout
 from .fanout import Fanout
-from .types import Engines, FsPath, Handoff, HiddenStates, Strict, Target
+from ..engines import engine_registry
+from .types import Engines, engines_model, FsPath, Handoff, HiddenStates, Strict, Target
 
 # Keys of a server section that never change what a phase produces: where its key comes from, and
 # whether it may bind beyond loopback. Left out of every fingerprint (adding them changed none).
@@ -100,13 +101,15 @@ def _exclusions(model) -> dict:
 
 
 def config_model(rows: tuple | None = None) -> type[PipelineConfig]:
-    """The config model of a phase table (default: the active one)."""
-    return _build(tuple(rows) if rows is not None else phase_table.table())
+    """The config model of a phase table (default: the active one) and of the registered engines."""
+    return _build(tuple(rows) if rows is not None else phase_table.table(), engine_registry.names())
 
 
 @functools.lru_cache(maxsize=16)
-def _build(rows: tuple) -> type[PipelineConfig]:
+def _build(rows: tuple, engines: tuple[str, ...]) -> type[PipelineConfig]:
     fields = {}
+    if engines != tuple(engine_registry.BUILTIN):
+        fields["engines"] = (engines_model(engines), PipelineConfig.model_fields["engines"])
     for p in rows:
         model = p.settings_model()
         if model is None:

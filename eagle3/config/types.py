@@ -4,15 +4,18 @@ own settings model, named by its row of the phase table (eagle3.phase_table)."""
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, field_validator, model_validator
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, WithJsonSchema,
+                      create_model, field_validator, model_validator)
 
 from .. import managed
-from ..errors import ConfigError
+from ..engines import engine_registry
+from ..errors import ConfigError, echo
 
 Port = Annotated[int, Field(ge=1, le=65535)]
 # A week: beyond that a budget is a typo, and timers of the standard library overflow near 1e9 s.
@@ -102,11 +105,31 @@ class EngineEnv(Strict):
         return [*self.command_prefix, name] if self.command_prefix else [str(Path(self.python).parent / name)]
 
 
-class Engines(Strict):
-    vllm: EngineEnv | None = Field(None, description="vLLM's environment (datagen, extract, bench).")
-    sglang: EngineEnv | None = Field(None, description="SGLang's environment (datagen, bench).")
-    speculators: EngineEnv | None = Field(None, description="speculators' environment (extract's data "
-                                                            "preparation, train).")
+SPECULATORS_ENV = Field(None, description="speculators' environment (extract's data preparation, train).")
+
+
+@functools.lru_cache(maxsize=8)
+def engines_model(names: tuple[str, ...]) -> type[Strict]:
+    """The `engines` section: one optional environment per registered engine (eagle3/engines/engine_registry.py),
+    then speculators'."""
+    fields = {n: (EngineEnv | None, Field(None, description=f"How to run {n} (each phase whose `engine` is {n}).")
+                  ) for n in names}
+    return create_model("Engines", __base__=Strict, **fields, speculators=(EngineEnv | None, SPECULATORS_ENV))
+
+
+Engines = engines_model(tuple(engine_registry.BUILTIN))
+
+
+def _known_engine(name: str) -> str:
+    if name not in engine_registry.names():
+        raise ValueError(f"unknown engine {echo(name)}; choose one of {', '.join(engine_registry.names())}")
+    return name
+
+
+# A phase's `engine` field: any registered engine (checked when the config is read, so that an engine
+# registered by a test or plugin is accepted); the reference lists the built-in ones.
+EngineName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$"), AfterValidator(_known_engine),
+                       WithJsonSchema({"type": "string", "enum": list(engine_registry.BUILTIN)})]
 
 
 class Target(Strict):

@@ -22,7 +22,7 @@ import struct
 import uuid
 from pathlib import Path
 
-from .formats import (ENGINES, LAYER_INPUT, LAYER_OUTPUT, SGLANG_ARCH, DrafterConfig, from_layer_input, parse_config, to_layer_input)
+from .formats import (LAYER_INPUT, LAYER_OUTPUT, LAYOUT_CONVENTION, SGLANG_ARCH, layout_of, DrafterConfig, from_layer_input, parse_config, to_layer_input)
 from ..errors import ConfigError, GateError, echo
 from ..fsio import atomic_write_json, fsync_dir
 from ..inputfiles import MAX_JSON_BYTES, read_capped
@@ -33,8 +33,8 @@ CONFIG_DROP = ("speculators_model_type", "speculators_version", "speculators_con
                "transformer_layer_config", "eagle_aux_hidden_state_layer_ids")
 
 
-def rename_for(engine: str, name: str) -> str:
-    if engine == "sglang":
+def rename_for(layout: str, name: str) -> str:
+    if layout == "sglang":
         if name.startswith("layers.0."):
             return "midlayer." + name[len("layers.0."):]
         m = re.match(r"layers\.(\d+)\.(.*)", name)
@@ -121,8 +121,7 @@ def export_drafter(src: Path | str, dst: Path | str, engine: str, source_convent
     """Write `src` in `engine`'s layout to `dst` (replaced if it exists). `source_convention` is how
     the ids stored in `src` are meant; default: "vllm" for a speculators checkpoint,
     "sglang" for an EAGLE-layout one (SpecForge/SGLang)."""
-    if engine not in ENGINES:
-        raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
+    layout = layout_of(engine)
     src, dst = Path(src), Path(dst).absolute()
     try:  # read_capped: a FIFO or device in place of the file must not block the export
         raw = json.loads(read_capped(src / "config.json", MAX_JSON_BYTES, "config.json"))
@@ -142,8 +141,8 @@ def export_drafter(src: Path | str, dst: Path | str, engine: str, source_convent
     work = dst.parent / f".{dst.name}.export-{uuid.uuid4().hex[:8]}"
     work.mkdir()
     try:
-        write_renamed(src / "model.safetensors", work / "model.safetensors", lambda n: rename_for(engine, n))
-        config = sglang_config(c, ids) if engine == "sglang" else vllm_config(c, ids)
+        write_renamed(src / "model.safetensors", work / "model.safetensors", lambda n: rename_for(layout, n))
+        config = sglang_config(c, ids) if layout == "sglang" else vllm_config(c, ids)
         atomic_write_json(work / "config.json", config)
         for extra in ("generation_config.json",):
             if (src / extra).is_file():
@@ -152,7 +151,7 @@ def export_drafter(src: Path | str, dst: Path | str, engine: str, source_convent
             "source": str(src.absolute()), "engine": engine, "aux_layer_ids_layer_input": ids,
             "aux_layer_ids_stored": config.get("eagle_aux_hidden_state_layer_ids")
             or config["eagle_config"]["eagle_aux_hidden_state_layer_ids"],
-            "stored_convention": LAYER_OUTPUT if engine == "sglang" else LAYER_INPUT})
+            "stored_convention": LAYOUT_CONVENTION[layout]})
         old = None
         if dst.exists():
             old = dst.parent / f".{dst.name}.old-{uuid.uuid4().hex[:8]}"

@@ -18,11 +18,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..engines import engine_registry
+
 LAYER_INPUT = "vllm"    # id k = input of decoder layer k (= eagle3.phases.extract_manifest.CONVENTION)
 LAYER_OUTPUT = "sglang"  # id k = output of decoder layer k
 CONVENTIONS = (LAYER_INPUT, LAYER_OUTPUT)
-ENGINES = ("vllm", "sglang")
-ENGINE_CONVENTION = {"vllm": LAYER_INPUT, "sglang": LAYER_OUTPUT}
+# The drafter layouts the engines' loaders read, by the loader that defines each; an engine names its
+# own (Engine.drafter_layout), so a new engine whose loader reads one of these adds nothing here.
+LAYOUTS = ("vllm", "sglang")
+LAYOUT_CONVENTION = {"vllm": LAYER_INPUT, "sglang": LAYER_OUTPUT}
 # Written by the train phase beside the checkpoint it serves: what the drafter learned from (phase 1's
 # sampling, sample and token counts) and how it was trained. Engines ignore it; the checksum leaves it out.
 PROVENANCE = "eagle3-provenance.json"
@@ -236,10 +240,15 @@ EXPECTED = {"vllm": expected_vllm, "sglang": expected_sglang}
 
 # ---- engine-specific config rules --------------------------------------------------------------
 
-def config_problems(engine: str, c: DrafterConfig) -> list[Problem]:
-    """Settings a loader would reject or silently mis-serve."""
+def layout_of(engine: str) -> str:
+    """The drafter layout `engine` loads (a key of LAYOUTS)."""
+    return engine_registry.get(engine).drafter_layout
+
+
+def config_problems(layout: str, c: DrafterConfig) -> list[Problem]:
+    """Settings a loader of `layout` would reject or silently mis-serve."""
     out: list[Problem] = []
-    if engine == "vllm":
+    if layout == "vllm":
         known = set(SPECULATORS_ARCHS) | set(EAGLE_ARCHS)
         if c.layout == "eagle" and not set(c.architectures) & known:
             out.append(Problem("architectures", f"{c.architectures} is not an EAGLE-3 drafter architecture vLLM "
@@ -252,7 +261,7 @@ def config_problems(engine: str, c: DrafterConfig) -> list[Problem]:
             out.append(Problem(c.aux_ids_field, f"{len(c.aux_ids)} aux layers, but vLLM sizes `fc` for "
                                f"{c.num_aux_vllm} (from num_aux_hidden_states / eagle_config, default 3); "
                                "set eagle_config.eagle_aux_hidden_state_layer_ids to the same list"))
-    elif engine == "sglang":
+    elif layout == "sglang":
         if c.layout != "eagle" or SGLANG_ARCH not in c.architectures:
             out.append(Problem("architectures", f"{c.architectures or 'missing'} ({c.layout} layout): SGLang loads "
                                f"EAGLE-3 drafters as [\"{SGLANG_ARCH}\"] with Llama fields at the top level; "

@@ -16,7 +16,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .formats import (ENGINE_CONVENTION, ENGINES, EXPECTED, LAYER_INPUT, DrafterConfig, Problem, config_problems, from_layer_input, parse_config, to_layer_input)
+from .formats import (EXPECTED, LAYOUT_CONVENTION, layout_of, LAYER_INPUT, DrafterConfig, Problem, config_problems, from_layer_input, parse_config, to_layer_input)
 from ..errors import ConfigError, echo
 from ..inputfiles import MAX_JSON_BYTES, dir_problem, file_problem, read_capped
 from ..safetensors_header import SafetensorsError, TensorInfo, read_header
@@ -81,21 +81,21 @@ def _target_fields(target: Path) -> tuple[dict | None, str | None]:
     return (fields, None) if isinstance(fields, dict) else (None, f"{path} must hold a JSON object (a model config)")
 
 
-def _check_weights(engine: str, c: DrafterConfig, weights: dict[str, TensorInfo]) -> list[Problem]:
-    exp = EXPECTED[engine](c)
+def _check_weights(layout: str, c: DrafterConfig, weights: dict[str, TensorInfo]) -> list[Problem]:
+    exp = EXPECTED[layout](c)
     present = set(weights)
     problems: list[Problem] = []
     seen: dict[str, str] = {}
     for name in sorted(present):
         canonical = exp.aliases.get(name, name)
         if canonical in seen:
-            problems.append(Problem(name, f"duplicates {seen[canonical]!r} (the engine maps both to {canonical!r}); "
+            problems.append(Problem(name, f"duplicates {seen[canonical]!r} (the layout maps both to {canonical!r}); "
                                           "keep one of them"))
         seen[canonical] = name
     allowed = {**exp.required, **exp.optional}
     renamed = {}  # present name -> the expected name it should have (an export fixes these)
     for name in present:
-        if name in exp.aliases:  # a name the engine itself maps (vLLM: midlayer.* -> layers.0.*)
+        if name in exp.aliases:  # a name the layout itself maps (vLLM: midlayer.* -> layers.0.*)
             continue
         for a, b in (("layers.0.", "midlayer."), ("midlayer.", "layers.0.")):
             if name.startswith(a) and name.replace(a, b, 1) in exp.required and name not in allowed:
@@ -108,15 +108,15 @@ def _check_weights(engine: str, c: DrafterConfig, weights: dict[str, TensorInfo]
         old_prefix = first.split(".")[0] + (".0." if first.startswith("layers.0.") else ".")
         new_prefix = renamed[first][: len(renamed[first]) - len(first) + len(old_prefix)]
         silently = "drops them silently, so the decoder layer would stay random (acceptance ~0)" \
-            if engine == "sglang" else "cannot load them"
-        problems.append(Problem(f"{old_prefix}*", f"{len(renamed)} weights named {old_prefix}*, but {engine} expects "
-                                f"{new_prefix}* and {silently}; rename them: `{EXPORT_HINT.format(engine=engine)}`"))
+            if layout == "sglang" else "cannot load them"
+        problems.append(Problem(f"{old_prefix}*", f"{len(renamed)} weights named {old_prefix}*, but {layout} expects "
+                                f"{new_prefix}* and {silently}; rename them: `{EXPORT_HINT.format(engine=layout)}`"))
     for canonical, name in sorted(seen.items()):
         info = weights[name]
         if name in renamed:
             continue
         if canonical not in allowed:
-            problems.append(Problem(name, _unexpected_reason(engine, canonical, c, allowed)))
+            problems.append(Problem(name, _unexpected_reason(layout, canonical, c, allowed)))
             continue
         want = allowed[canonical]
         if tuple(info.shape) != tuple(want):
@@ -142,14 +142,14 @@ def _missing_reason(name: str, c: DrafterConfig) -> str:
     return "the engine would leave it randomly initialised; re-save the checkpoint from the trainer"
 
 
-def _unexpected_reason(engine: str, name: str, c: DrafterConfig, allowed: dict) -> str:
-    if engine == "sglang":
+def _unexpected_reason(layout: str, name: str, c: DrafterConfig, allowed: dict) -> str:
+    if layout == "sglang":
         if name == "input_norm.weight":
             return ("SGLang's drafter has no input_norm parameter and drops it silently (norm_before_fc); retrain "
                     "with train.extra_args [--no-norm-before-fc, --no-norm-before-residual, --no-norm-output]")
         if name.startswith("layers."):
             return ("SGLang drops unknown names silently, so this decoder weight would stay random (acceptance ~0); "
-                    f"rename layers.0.* to midlayer.*: `{EXPORT_HINT.format(engine=engine)}`")
+                    f"rename layers.0.* to midlayer.*: `{EXPORT_HINT.format(engine=layout)}`")
         return "SGLang drops unknown names silently: this weight would never load; remove it or fix its name"
     if name.startswith("midlayer.") and name.replace("midlayer.", "layers.0.", 1) in allowed:
         return "vLLM reads midlayer.* as layers.0.* (accepted); keep only one of them"
@@ -171,13 +171,13 @@ def _shape_reason(name: str, c: DrafterConfig) -> str:
     return "from hidden_size, heads, head_dim and intermediate_size in config.json"
 
 
-def _check_aux(report: GateReport, c: DrafterConfig, engine: str, expected: list[int] | None,
+def _check_aux(report: GateReport, c: DrafterConfig, layout: str, expected: list[int] | None,
                target_layers: int | None) -> None:
-    conv = ENGINE_CONVENTION[engine]
-    field_name = c.aux_ids_field if engine == "vllm" else "eagle_config.eagle_aux_hidden_state_layer_ids"
+    conv = LAYOUT_CONVENTION[layout]
+    field_name = c.aux_ids_field if layout == "vllm" else "eagle_config.eagle_aux_hidden_state_layer_ids"
     if not c.aux_ids:
         fix = f"set it to {from_layer_input(expected, conv)}" if expected else "set it to the extraction's layer ids"
-        report.problems.append(Problem(field_name, f"missing; {engine} would then capture its default layers "
+        report.problems.append(Problem(field_name, f"missing; {layout} would then capture its default layers "
                                        f"(2, L//2, L-3) silently, whatever the drafter was trained on; {fix} "
                                        f"({conv} convention)"))
         return
@@ -186,7 +186,7 @@ def _check_aux(report: GateReport, c: DrafterConfig, engine: str, expected: list
     report.aux_layer_ids_vllm = li
     if expected is not None and li != list(expected):
         report.problems.append(Problem(
-            c.aux_ids_field, f"{c.aux_ids} means layers {li} to {engine} ({conv} convention), but the drafter's "
+            c.aux_ids_field, f"{c.aux_ids} means layers {li} to {layout} ({conv} convention), but the drafter's "
             f"hidden states came from layers {list(expected)} (vllm convention: input of decoder layer k); set it to "
             f"{from_layer_input(expected, conv)}" + (" (SGLang adds 1 to each id)" if conv != LAYER_INPUT else "")))
     if len(set(li)) != len(li):
@@ -219,10 +219,9 @@ def _check_target(report: GateReport, c: DrafterConfig, target: Path) -> int | N
 def check_drafter(directory: Path | str, engine: str, target: Path | str | None = None,
                   expected_aux_ids: list[int] | None = None) -> GateReport:
     """Gate one checkpoint dir for one engine. Never raises for a bad checkpoint: problems are listed."""
-    if engine not in ENGINES:
-        raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
+    layout = layout_of(engine)
     directory = Path(directory)
-    report = GateReport(str(directory), engine, convention=ENGINE_CONVENTION[engine])
+    report = GateReport(str(directory), engine, convention=LAYOUT_CONVENTION[layout])
     if why := dir_problem(directory):
         report.problems.append(Problem("checkpoint dir", f"{directory} {why}; point at the checkpoint dir "
                                        "(e.g. <save-path>/<epoch>)"))
@@ -257,12 +256,12 @@ def check_drafter(directory: Path | str, engine: str, target: Path | str | None 
     if c.draft_vocab_size is None:
         rows = weights.get("lm_head.weight").shape[0] if weights and "lm_head.weight" in weights else "lm_head rows"
         report.problems.append(Problem("draft_vocab_size", f"missing; set it to the draft vocabulary size ({rows})"))
-    cfg_problems = config_problems(engine, c)
+    cfg_problems = config_problems(layout, c)
     report.problems += cfg_problems
     target_layers = _check_target(report, c, Path(target)) if target is not None else None
-    _check_aux(report, c, engine, expected_aux_ids, target_layers)
+    _check_aux(report, c, layout, expected_aux_ids, target_layers)
     if weights is not None:
-        report.problems += _check_weights(engine, c, weights)
+        report.problems += _check_weights(layout, c, weights)
     return report
 
 
@@ -270,7 +269,7 @@ def needs_export(directory: Path | str, engine: str) -> bool:
     """True when the checkpoint is not in the layout `engine` loads (names or config format)."""
     directory = Path(directory)
     c, _ = parse_config(json.loads((directory / "config.json").read_text()))
-    if engine == "sglang":
+    if layout_of(engine) == "sglang":
         names = read_weights(directory)
         return c is None or c.layout != "eagle" or any(n.startswith("layers.") for n in names)
     return False

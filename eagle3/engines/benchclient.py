@@ -14,7 +14,6 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..config import EngineEnv
 from ..errors import CommandFailed
 from ..fsio import atomic_write_text
 
@@ -81,7 +80,7 @@ def write_sglang_dataset(path: Path, prompts: list[str]) -> Path:
 
 # ---- vLLM --------------------------------------------------------------------------------------
 
-def vllm_argv(env: EngineEnv, s: LoadSpec) -> list[str]:
+def vllm_argv(env, s: LoadSpec) -> list[str]:
     return [*env.script_argv("vllm"), "bench", "serve", *vllm_flags(s)]
 
 
@@ -142,7 +141,7 @@ def _vllm_requests(r: dict) -> list[dict] | None:
 
 # ---- SGLang ------------------------------------------------------------------------------------
 
-def sglang_argv(env: EngineEnv, s: LoadSpec) -> list[str]:
+def sglang_argv(env, s: LoadSpec) -> list[str]:
     argv = [*env.python_argv(), "-m", "sglang.bench_serving",
             "--backend", "sglang-oai-chat", "--base-url", s.base_url,
             "--model", s.served_name, "--tokenizer", str(s.tokenizer),
@@ -178,13 +177,3 @@ def _read_json(path: Path) -> dict:
         return json.loads(Path(path).read_text())
     except FileNotFoundError:
         raise CommandFailed(f"the benchmark client exited 0 but wrote no result file {path}") from None
-
-
-# The module each load generator imports first: the doctor imports it in the engine's environment, since
-# a client that fails at import is otherwise found only after the benchmark's first server has loaded.
-MODULES = {"vllm": "vllm.benchmarks.serve", "sglang": "sglang.bench_serving"}
-
-CLIENTS = {
-    "vllm": ("vllm bench serve", vllm_argv, parse_vllm, write_vllm_dataset, ".jsonl"),
-    "sglang": ("python -m sglang.bench_serving", sglang_argv, parse_sglang, write_sglang_dataset, ".json"),
-}

@@ -14,7 +14,6 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from ..config import EngineEnv
 from ..errors import CommandFailed, ServiceHung, ServiceStartTimeout
 from ..fsio import atomic_write_json
 from ..process.services import LaunchSpec, Supervisor, Watchdog
@@ -26,9 +25,10 @@ DRIVER = Path(__file__).resolve().parent.parent / "engine_side" / "vllm_bench_dr
 class OneShotClient:
     """A fresh load-generator process per window."""
 
-    def __init__(self, sup: Supervisor, engine: str, env_cfg: EngineEnv, env: dict, name: str, log_dir: Path,
+    def __init__(self, sup: Supervisor, engine, env_cfg, env: dict, name: str, log_dir: Path,
                  phase: str, hang_timeout_s: float | None):
-        self.sup, self.argv_fn, self.env_cfg, self.env = sup, benchclient.CLIENTS[engine][1], env_cfg, env
+        """`engine`: its Engine object (load_argv builds each run's command line)."""
+        self.sup, self.argv_fn, self.env_cfg, self.env = sup, engine.load_argv, env_cfg, env
         self.name, self.log_dir, self.phase, self.hang_timeout_s = name, log_dir, phase, hang_timeout_s
 
     def run(self, spec: benchclient.LoadSpec, timeout_s: float) -> Path:
@@ -46,7 +46,7 @@ class OneShotClient:
 class VllmDriverClient:
     """One vllm_bench_driver.py process for all windows of a server; start it before the server."""
 
-    def __init__(self, sup: Supervisor, env_cfg: EngineEnv, env: dict, name: str, log_dir: Path, phase: str,
+    def __init__(self, sup: Supervisor, env_cfg, env: dict, name: str, log_dir: Path, phase: str,
                  hang_timeout_s: float | None):
         self.jobs = log_dir.parent / "client-jobs" / name
         for old in self.jobs.glob("*") if self.jobs.is_dir() else []:
@@ -85,10 +85,3 @@ class VllmDriverClient:
 
     def stop(self) -> None:
         self.proc.stop()
-
-
-def open_client(sup: Supervisor, engine: str, env_cfg: EngineEnv, env: dict, name: str, log_dir: Path, phase: str,
-                hang_timeout_s: float | None) -> OneShotClient | VllmDriverClient:
-    if engine == "vllm":
-        return VllmDriverClient(sup, env_cfg, env, name, log_dir, phase, hang_timeout_s)
-    return OneShotClient(sup, engine, env_cfg, env, name, log_dir, phase, hang_timeout_s)

@@ -161,6 +161,10 @@ def acceptance(delta: SpecCounters, source: str = "vllm /metrics counter deltas"
     return Acceptance(delta.drafts, delta.draft_tokens, delta.accepted, rate, length, per_pos, source)
 
 
+VLLM_TRAFFIC = ("vllm:request_success_total", "vllm:prompt_tokens_total", "vllm:generation_tokens_total")
+SGLANG_TRAFFIC = (SGLANG_REQUESTS, SGLANG_PROMPT_TOKENS, SGLANG_GENERATION_TOKENS)
+
+
 @dataclass(frozen=True)
 class Traffic:
     """What the server finished, by its own counters: lets a window prove that it holds exactly
@@ -170,13 +174,13 @@ class Traffic:
     prompt_tokens: int = 0       # vllm:prompt_tokens_total
     generation_tokens: int = 0   # vllm:generation_tokens_total
 
-    NAMES = {"vllm": ("vllm:request_success_total", "vllm:prompt_tokens_total", "vllm:generation_tokens_total"),
-             "sglang": (SGLANG_REQUESTS, SGLANG_PROMPT_TOKENS, SGLANG_GENERATION_TOKENS)}
-
     @classmethod
-    def from_samples(cls, samples: list[Sample], model_name: str | None = None, engine: str = "vllm") -> "Traffic":
-        totals = _sums(samples, cls.NAMES[engine], model_name)
-        return cls(*(int(totals[n]) for n in cls.NAMES[engine]))
+    def from_samples(cls, samples: list[Sample], model_name: str | None = None,
+                     names: tuple[str, str, str] = None) -> "Traffic":
+        """`names`: the engine's (requests, prompt tokens, generation tokens) counters; vLLM's by default."""
+        names = names or VLLM_TRAFFIC
+        totals = _sums(samples, names, model_name)
+        return cls(*(int(totals[n]) for n in names))
 
     def __sub__(self, before: "Traffic") -> "Traffic":
         return Traffic(self.requests - before.requests, self.prompt_tokens - before.prompt_tokens,
@@ -222,6 +226,11 @@ def _get(url: str, headers: dict[str, str] | None, timeout_s: float) -> httpx.Re
     return response
 
 
+def fetch_samples(base_url: str, headers: dict[str, str] | None = None, timeout_s: float = 10.0) -> list[Sample]:
+    """Every sample of the server's Prometheus /metrics now."""
+    return parse_prometheus(_get(f"{base_url}/metrics", headers, timeout_s).text)
+
+
 def scrape_vllm(base_url: str, model_name: str | None = None, headers: dict[str, str] | None = None,
                 timeout_s: float = 10.0) -> SpecCounters | None:
     """The server's spec-decode counters now; None if it has none (serving without a drafter)."""
@@ -231,15 +240,15 @@ def scrape_vllm(base_url: str, model_name: str | None = None, headers: dict[str,
 def scrape_vllm_all(base_url: str, model_name: str | None = None, headers: dict[str, str] | None = None,
                     timeout_s: float = 10.0) -> tuple[SpecCounters | None, Traffic]:
     """Spec-decode counters (None without a drafter) and traffic counters from one /metrics read."""
-    samples = parse_prometheus(_get(f"{base_url}/metrics", headers, timeout_s).text)
+    samples = fetch_samples(base_url, headers, timeout_s)
     return SpecCounters.from_samples(samples, model_name), Traffic.from_samples(samples, model_name)
 
 
 def scrape_sglang_all(base_url: str, k: int, model_name: str | None = None, headers: dict[str, str] | None = None,
                       timeout_s: float = 10.0) -> tuple[SpecCounters | None, Traffic]:
     """SGLang's spec-decode counters (None until it counted a verify step) and traffic counters."""
-    samples = parse_prometheus(_get(f"{base_url}/metrics", headers, timeout_s).text)
-    return sglang_spec_counters(samples, k, model_name), Traffic.from_samples(samples, model_name, "sglang")
+    samples = fetch_samples(base_url, headers, timeout_s)
+    return sglang_spec_counters(samples, k, model_name), Traffic.from_samples(samples, model_name, SGLANG_TRAFFIC)
 
 
 def sglang_accept_length(base_url: str, headers: dict[str, str] | None = None, timeout_s: float = 10.0) -> float | None:
@@ -257,9 +266,9 @@ def sglang_accept_length(base_url: str, headers: dict[str, str] | None = None, t
     raise MetricsError(f"{base_url}: neither /server_info nor /get_server_info answered")
 
 
-def engine_version(base_url: str, engine: str, headers: dict[str, str] | None = None) -> str:
-    """The version the running server reports about itself ("unknown" if it does not say)."""
-    paths = {"vllm": ("/version",), "sglang": ("/server_info", "/get_server_info", "/version")}[engine]
+def engine_version(base_url: str, paths: tuple[str, ...], headers: dict[str, str] | None = None) -> str:
+    """The version the running server reports about itself at the first of `paths` that says one
+    (an engine's version_paths); "unknown" if none does."""
     for path in paths:
         try:
             data = _get(f"{base_url}{path}", headers, 10.0).json()

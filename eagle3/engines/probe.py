@@ -24,12 +24,9 @@ from ..config import PipelineConfig
 from ..errors import CommandFailed, ConfigError
 from ..fsio import atomic_write_json, read_json
 from ..process.services import LaunchSpec, Supervisor
+from . import engine_registry
 
 ENGINE_SIDE = Path(__file__).resolve().parent.parent / "engine_side"
-# Server flags that some releases of vLLM lack; the probe asks the parser for each.
-# --enable-scale-out: 0.32 serves /v1/chat/completions/render only with it; 0.25 has no such flag
-# and serves the route whenever the model generates (docs/FACTS.md §1).
-OPTIONAL_VLLM_FLAGS = ("--enable-scale-out",)
 
 
 def engine_probe(cfg: PipelineConfig, sup: Supervisor, engine: str, script: str, *args: str) -> dict:
@@ -70,8 +67,8 @@ def engine_probe(cfg: PipelineConfig, sup: Supervisor, engine: str, script: str,
 
 
 def inspect_engine(cfg: PipelineConfig, sup: Supervisor, engine: str) -> dict:
-    """The engine's versions, its support for the target, and (vLLM) which optional flags it takes."""
-    flags = [f"--serve-flag={flag}" for flag in OPTIONAL_VLLM_FLAGS] if engine == "vllm" else []
+    """The engine's versions, its support for the target, and which of its optional_serve_flags it takes."""
+    flags = [f"--serve-flag={flag}" for flag in engine_registry.get(engine).optional_serve_flags]
     return engine_probe(cfg, sup, engine, "inspect_target.py", str(cfg.target.model), "--engine", engine, *flags)
 
 
@@ -87,9 +84,9 @@ def import_errors(cfg: PipelineConfig, sup: Supervisor, engine: str, *modules: s
 
 
 def vllm_accepts(cfg: PipelineConfig, sup: Supervisor, flag: str) -> bool:
-    """Whether the configured vLLM's own server parser has `flag` (one of OPTIONAL_VLLM_FLAGS)."""
-    if flag not in OPTIONAL_VLLM_FLAGS:
-        raise ValueError(f"{flag} is not probed; add it to OPTIONAL_VLLM_FLAGS")
+    """Whether the configured vLLM's own server parser has `flag` (one of its optional_serve_flags)."""
+    if flag not in engine_registry.get("vllm").optional_serve_flags:
+        raise ValueError(f"{flag} is not probed; add it to the vllm engine's optional_serve_flags")
     info = inspect_engine(cfg, sup, "vllm")
     flags = info.get("serve_flags")
     if not isinstance(flags, dict) or flag not in flags:
@@ -129,4 +126,4 @@ def _mtime(path) -> float | None:
         return None
 
 
-__all__ = ["engine_probe", "import_errors", "inspect_engine", "vllm_accepts", "OPTIONAL_VLLM_FLAGS", "ENGINE_SIDE"]
+__all__ = ["engine_probe", "import_errors", "inspect_engine", "vllm_accepts", "ENGINE_SIDE"]

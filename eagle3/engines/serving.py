@@ -12,9 +12,7 @@ from .. import progress
 from ..config import PipelineConfig, Server
 from ..errors import PipelineError
 from ..process.services import LaunchSpec, Process, Registry, Supervisor
-from . import sglang, vllm
-
-ADAPTERS = {"vllm": vllm, "sglang": sglang}
+from . import engine_registry
 
 
 class PortBusy(PipelineError):
@@ -32,7 +30,7 @@ def start_server(sup: Supervisor, cfg: PipelineConfig, phase: str, engine: str, 
         raise PortBusy(f"{phase}: port {server.port} ({server.host}) is already in use ({busy[server.port]}) before "
                        f"the {engine} server started; stop whatever listens there or change {phase}.server.port")
     key = api_key(cfg, server, f"{phase}.server")  # an unset api_key_env fails here, naming the field
-    adapter = ADAPTERS[engine]
+    adapter = engine_registry.get(engine)
     engine_env = getattr(cfg.engines, engine)
     log = cfg.phase_dir(phase) / "logs" / f"{engine}-server.log"
     spec = LaunchSpec(
@@ -46,7 +44,7 @@ def start_server(sup: Supervisor, cfg: PipelineConfig, phase: str, engine: str, 
         stop_grace_s=server.stop_grace_s,
         hang_timeout_s=server.hang_timeout_s,
         secrets=[key],
-        stop_leader_first=adapter.STOP_LEADER_FIRST,
+        stop_leader_first=adapter.stop_leader_first,
     )
     proc = sup.launch(spec)
     what = f"waiting for {engine} server readiness (PID {proc.pid}, port {server.port}, budget {server.startup_timeout_s:.0f} s)"

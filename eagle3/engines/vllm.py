@@ -1,32 +1,83 @@
-"""vLLM: the OpenAI-compatible server's command line, readiness and metrics."""
+"""vLLM: every fact the pack uses about it (eagle3/engines/engine.py lists them)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
-from ..config import EngineEnv, Server, Target
-from ..process.services import HttpProbe, Probe
-
-STOP_LEADER_FIRST = False  # SIGTERM to the whole group: vLLM's API server and EngineCore each shut down on it
-
-
-def serve_argv(env: EngineEnv, target: Target, server: Server, extra: list[str] = ()) -> list[str]:
-    argv = [*env.script_argv("vllm"), "serve", str(target.model),
-            "--served-model-name", target.served_name,
-            "--host", server.host, "--port", str(server.port),
-            "--max-model-len", str(target.max_model_len),
-            "--dtype", target.dtype,
-            "--tensor-parallel-size", str(target.tensor_parallel_size)]
-    if target.trust_remote_code:
-        argv.append("--trust-remote-code")
-    return argv + list(extra) + list(server.extra_args)
+from ..process.readiness import HttpProbe, Probe
+from . import benchclient, loadgen, metrics
+from .engine import SPECULATIVE, Engine
 
 
-def serve_env(key: str) -> dict[str, str]:
-    # The key goes through the environment, never argv: argv is visible in `ps` to every user.
-    return {"VLLM_API_KEY": key}
+class Vllm(Engine):
+    name = "vllm"
+    stop_leader_first = False  # SIGTERM to the whole group: vLLM's API server and EngineCore each shut down on it
+    returns_token_ids = True   # `return_token_ids` on a chat completion
+
+    def serve_argv(self, env, target, server, extra: list[str] = ()) -> list[str]:
+        argv = [*env.script_argv("vllm"), "serve", str(target.model),
+                "--served-model-name", target.served_name,
+                "--host", server.host, "--port", str(server.port),
+                "--max-model-len", str(target.max_model_len),
+                "--dtype", target.dtype,
+                "--tensor-parallel-size", str(target.tensor_parallel_size)]
+        if target.trust_remote_code:
+            argv.append("--trust-remote-code")
+        return argv + list(extra) + list(server.extra_args)
+
+    def serve_env(self, key: str) -> dict[str, str]:
+        return {"VLLM_API_KEY": key}
+
+    def readiness(self, server, log: Path) -> list[Probe]:
+        # vLLM opens its HTTP port only after the engine is built, so the first 200 means ready.
+        return [HttpProbe(f"http://{server.host}:{server.port}/health")]
+
+    acceptance_source = "vllm /metrics spec-decode counter deltas around the window"
+
+    def spec_args(self, drafter: Path, k: int) -> list[str]:
+        # `method` always explicit: without it vLLM guesses from the path and may pick "draft_model".
+        return ["--speculative-config",
+                json.dumps({"method": "eagle3", "model": str(drafter), "num_speculative_tokens": k})]
+
+    def scrape(self, url, k, served_name, headers, before=True):
+        return metrics.scrape_vllm_all(url, served_name, headers)
+
+    load_client = "vllm bench serve"
+    load_client_module = "vllm.benchmarks.serve"
+    dataset_suffix = ".jsonl"
+
+    def write_dataset(self, path, texts):
+        return benchclient.write_vllm_dataset(path, texts)
+
+    def open_load_client(self, sup, env_cfg, env, name, log_dir, phase, hang_timeout_s):
+        # One process for all windows of a server, importing while the server starts (loadgen.py says why).
+        return loadgen.VllmDriverClient(sup, env_cfg, env, name, log_dir, phase, hang_timeout_s)
+
+    def load_argv(self, env_cfg, spec):
+        return benchclient.vllm_argv(env_cfg, spec)
+
+    def parse_load(self, result_file):
+        return benchclient.parse_vllm(result_file)
+
+    drafter_layout = "vllm"
+
+    managed_flags = {
+        ("--model",): "target.model",
+        ("--uds",): "{s}.server.host and {s}.server.port",
+        ("--tensor-parallel-size", "-tp"): "target.tensor_parallel_size",
+        ("--max-model-len",): "target.max_model_len",
+        ("--speculative-config", "-sc"): SPECULATIVE,
+    }
+    managed_env = {
+        "VLLM_API_KEY": "*.server.api_key",
+        "VLLM_PORT": "*.server.port and handoff.extra_ports (VLLM_PORT pins vLLM's internal ports next to them, "
+                     "where the handoff does not look)",
+    }
+    remote_env = "VLLM_HOST_IP"
+    # --enable-scale-out: 0.32 serves /v1/chat/completions/render only with it; 0.25 has no such flag
+    # and serves the route whenever the model generates (docs/FACTS.md §1).
+    optional_serve_flags = ("--enable-scale-out",)
 
 
-def readiness(server: Server, log: Path) -> list[Probe]:
-    # vLLM opens its HTTP port only after the engine is built, so the first 200 means ready.
-    return [HttpProbe(f"http://{server.host}:{server.port}/health")]
+ENGINE = Vllm()

@@ -47,8 +47,7 @@ from ..bench.repeats import rounds_agree
 from ..bench.provenance import drafter_checksum, platform
 from ..bench.trend import write_trend
 from ..config import PipelineConfig, num_hidden_layers
-from ..engines import benchclient
-from ..engines.spec_decode import acceptance_source
+from ..engines import engine_registry
 from ..errors import GateError
 from ..fsio import atomic_write_json, read_json
 from ..progress import PhaseProgress
@@ -126,9 +125,9 @@ def run_bench(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | No
     drafter = resolve_drafter(cfg)
     refuse_unloadable(cfg, drafter)
     prompts = held_out_prompts(cfg)
-    client_name, _, _, write_dataset, ext = benchclient.CLIENTS[b.engine]
-    dataset = write_dataset(paths.dir / f"prompts{ext}", prompts["texts"])
-    probes = _probes(cfg, drafter, prompts, write_dataset, ext, paths)
+    engine = engine_registry.get(b.engine)
+    dataset = engine.write_dataset(paths.dir / f"prompts{engine.dataset_suffix}", prompts["texts"])
+    probes = _probes(cfg, drafter, prompts, paths)
     plan = [(_label(k, n), k, n) for n in range(1, b.rounds + 1) for k in [0, *b.num_speculative_tokens]]
     total, done = len(plan) * len(b.concurrency) * b.windows, [0]
     prog = PhaseProgress(PHASE, on_progress, unit="windows")
@@ -162,7 +161,7 @@ def run_bench(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | No
         atomic_write_json(paths.servers / f"{slug(label)}.json", {"key": key, "run": run})
         runs.append(run)
 
-    results = _assemble(cfg, drafter, prompts, runs, handoffs, client_name)
+    results = _assemble(cfg, drafter, prompts, runs, handoffs)
     w = cfg.bench.watch
     if w.enabled:  # before this run's own history file exists
         results["watch"] = benchwatch.watch(results, benchwatch.read_history(paths.history),
@@ -198,7 +197,7 @@ def run_bench(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | No
     return summary
 
 
-def _probes(cfg: PipelineConfig, drafter: dict, prompts: dict, write_dataset, ext: str, paths: BenchPaths) -> list[dict]:
+def _probes(cfg: PipelineConfig, drafter: dict, prompts: dict, paths: BenchPaths) -> list[dict]:
     """The prompt subsets whose acceptance each speculative server also measures: the parity
     sample of training prompts (a trained drafter with an expectation), and each category of the
     benchmark prompts. Every engine: each window's acceptance is the delta of the server's own counters."""
@@ -210,12 +209,12 @@ def _probes(cfg: PipelineConfig, drafter: dict, prompts: dict, write_dataset, ex
     for name, idx in sorted(categories_of(prompts).items()):
         slug = "cat-" + "".join(ch if ch.isalnum() else "_" for ch in name)[:40]
         sets.append((name, "category", slug, [prompts["ids"][i] for i in idx], [prompts["texts"][i] for i in idx]))
-    out = []
+    out, engine = [], engine_registry.get(cfg.bench.engine)
     for name, kind, slug, ids, texts in sets:
         if texts:
             out.append({"name": name, "kind": kind, "slug": slug, "ids": ids, "count": len(texts),
                         "sha256": hashlib.sha256(json.dumps(texts).encode()).hexdigest(),
-                        "dataset": write_dataset(paths.dir / f"prompts-{slug}{ext}", texts)})
+                        "dataset": engine.write_dataset(paths.dir / f"prompts-{slug}{engine.dataset_suffix}", texts)})
     return out
 
 
@@ -254,9 +253,8 @@ def training_temperature(drafter: dict) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def _assemble(cfg: PipelineConfig, drafter: dict, prompts: dict, runs: list[dict], handoffs: list[dict],
-              client_name: str) -> dict:
-    b = cfg.bench
+def _assemble(cfg: PipelineConfig, drafter: dict, prompts: dict, runs: list[dict], handoffs: list[dict]) -> dict:
+    b, engine = cfg.bench, engine_registry.get(cfg.bench.engine)
     rows = table(runs, b.engine)
     pooled = pooled_by_k(runs, b.engine)
     notes = []
@@ -269,7 +267,7 @@ def _assemble(cfg: PipelineConfig, drafter: dict, prompts: dict, runs: list[dict
     if any(w["load"]["failed"] for r in runs for w in r["windows"]):
         notes.append("some requests failed; see the `failed` column and the client logs")
     ids, trained_on = drafter.get("config_aux_layer_ids"), drafter.get("aux_layer_ids_vllm")
-    if ids and trained_on and b.engine == "vllm":
+    if ids and trained_on and engine.drafter_layout == "vllm":  # a layout whose stored ids are vllm's convention
         # The extraction may list the final layer too (speculators' verifier_last_hidden_states); it is not an aux input.
         last = num_hidden_layers(cfg.target.model)
         if list(ids) != [i for i in trained_on if i != last]:
@@ -282,7 +280,7 @@ def _assemble(cfg: PipelineConfig, drafter: dict, prompts: dict, runs: list[dict
         "config_hash": cfg.fingerprint(), "bench_config_hash": cfg.fingerprint(PHASE), "pack_version": __version__,
         "engine": b.engine, "engine_version": runs[0].get("engine_version", "unknown"),
         "engine_versions": {r["label"]: r.get("engine_version") for r in runs},
-        "bench_client": client_name, "acceptance_source": acceptance_source(b.engine),
+        "bench_client": engine.load_client, "acceptance_source": engine.acceptance_source,
         "target": {"model": str(cfg.target.model), "served_name": cfg.target.served_name,
                    "dtype": cfg.target.dtype, "max_model_len": cfg.target.max_model_len,
                    "tensor_parallel_size": cfg.target.tensor_parallel_size},

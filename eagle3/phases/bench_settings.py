@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 from pydantic import Field, field_validator
 
-from ..config.types import FsPath, PhaseSettings, PositiveFloat, Server, Strict
+from ..config.types import EngineName, FsPath, PhaseSettings, PositiveFloat, Server, Strict
 from ..errors import echo
 from ..inputfiles import dir_problem, file_problem
 
@@ -47,7 +47,7 @@ class Bench(PhaseSettings):
     # measurements rather than change them: left out, so adding them changed no fingerprint.
     FINGERPRINT_EXCLUDE = {"watch": True, "parity": True, "first_position_floor": True}
 
-    engine: Literal["vllm", "sglang"] = Field("vllm", description="The engine benchmarked.")
+    engine: EngineName = Field("vllm", description="The engine benchmarked.")
     server: Server = Field(description="The benchmark's servers, one per k (`*.server` below).")
     num_speculative_tokens: list[Annotated[int, Field(ge=1, le=16)]] = Field(
         default_factory=lambda: [3], description="Each k measured against the baseline; distinct, sorted.")

@@ -30,6 +30,7 @@ from ..appendlog import AppendLog, recover
 from ..config import PipelineConfig
 from ..layout import SAMPLES
 from ..fanout.slices import Shard
+from ..engines import engine_registry
 from ..engines.serving import base_url as server_url
 from ..engines.serving import api_key, start_server
 from ..errors import ConfigError, GateError, TransientError
@@ -108,7 +109,7 @@ def content_settings(cfg: PipelineConfig, prompts: PromptSet) -> dict[str, Any]:
         "sampling": d.sampling.model_dump(mode="json"),
         "seed_policy": SEED_POLICY,
         "request_extra": d.request_extra,
-        "return_token_ids": d.engine == "vllm",
+        "return_token_ids": engine_registry.get(d.engine).returns_token_ids,
         "prompts_sha256": prompts.sha256,
     }
 
@@ -169,7 +170,7 @@ def build_payload(cfg: PipelineConfig, prompt: Prompt) -> dict[str, Any]:
                                "max_tokens": s.max_tokens, "temperature": s.temperature, "top_p": s.top_p}
     if s.seed is not None:
         payload["seed"] = request_seed(s.seed, prompt.id)
-    if d.engine == "vllm":
+    if engine_registry.get(d.engine).returns_token_ids:
         payload["return_token_ids"] = True
     return payload
 

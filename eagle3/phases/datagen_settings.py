@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field, field_validator
 
-from ..config.types import FsPath, PhaseSettings, PositiveFloat, Server, Strict, non_finite
+from ..config.types import EngineName, FsPath, PhaseSettings, PositiveFloat, Server, Strict, non_finite
 from ..inputfiles import file_problem
 
 
@@ -22,7 +22,7 @@ class Datagen(PhaseSettings):
     PATH_FIELDS = ("prompts",)
     FINGERPRINT_EXCLUDE = {"server": {"api_key"}}
 
-    engine: Literal["vllm", "sglang"] = Field("vllm", description="The engine that serves the target.")
+    engine: EngineName = Field("vllm", description="The engine that serves the target.")
     prompts: FsPath = Field(description=(
         "The prompt set, a JSONL regular file: `id` plus `conversations`/`messages` (role/content, or ShareGPT "
         "from/value) or `prompt`."))

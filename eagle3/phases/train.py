@@ -34,9 +34,9 @@ from pathlib import Path
 from ..drafters.loadable import GateReport, check_drafter, needs_export
 from ..config import PipelineConfig
 from ..drafters.export import export_drafter
-from ..engines import trainer_compat
+from ..engines import engine_registry, trainer_compat
 from ..engines.serving import client_env
-from ..drafters.formats import ENGINE_CONVENTION, LAYER_INPUT, PROVENANCE
+from ..drafters.formats import LAYER_INPUT, LAYOUT_CONVENTION, PROVENANCE, layout_of
 from ..engines.speculators_cli import train_argv
 from ..errors import CommandFailed, ConfigError, GateError, PipelineError, TrainingStopped
 from ..fsio import atomic_write_json, fsync_dir, read_json
@@ -52,8 +52,6 @@ from .train_manifest import MANIFEST_SCHEMA, read_train_manifest
 PHASE = "train"
 UNTRAINED = ("UNTRAINED: speculators train --dry-run (no accelerator); initialised weights, not a result - "
              "acceptance measured with it says nothing about a trained drafter")
-# SGLang's EAGLE-3 drafter has none of these options (docs/FACTS.md §2); train without them.
-SGLANG_TRAIN_FLAGS = ["--no-norm-before-fc", "--no-norm-before-residual", "--no-norm-output"]
 
 
 @dataclass(frozen=True)
@@ -97,7 +95,7 @@ def build_argv(cfg: PipelineConfig, ext: ExtractManifest, save_path: Path, dry_r
     env = cfg.engines.speculators
     if env is None:
         raise ConfigError("engines.speculators: training runs the speculators CLI; set engines.speculators")
-    extra = ((SGLANG_TRAIN_FLAGS if serving_engine(cfg) == "sglang" else []) + list(kernel_flags)
+    extra = (list(engine_registry.get(serving_engine(cfg)).drafter_train_flags) + list(kernel_flags)
              + list(cfg.train.extra_args))
     return train_argv(
         env, target=cfg.target.model, data_path=Path(ext.prepared_data), hidden_states_path=Path(ext.hidden_states_dir),
@@ -256,7 +254,7 @@ def run_train(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | No
     manifest = {
         "schema": MANIFEST_SCHEMA, "trained": not dry, "status": UNTRAINED if dry else "TRAINED",
         "checkpoint": str(served), "source_checkpoint": str(source), "engine": engine,
-        "aux_layer_ids": report.aux_layer_ids, "aux_layer_ids_convention": ENGINE_CONVENTION[engine],
+        "aux_layer_ids": report.aux_layer_ids, "aux_layer_ids_convention": LAYOUT_CONVENTION[layout_of(engine)],
         "aux_layer_ids_vllm": list(ext.target_layer_ids),
         "draft_vocab_size": report.draft_vocab_size, "num_speculative_tokens": cfg.train.num_speculative_tokens,
         "epochs": total, "epochs_completed": resume.get("epochs_completed", 0),

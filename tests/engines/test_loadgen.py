@@ -14,7 +14,8 @@ import pytest
 from eagle3.process import procfs
 from eagle3.config import EngineEnv
 from eagle3.engines import benchclient
-from eagle3.engines.loadgen import VllmDriverClient, open_client
+from eagle3.engines import engine_registry
+from eagle3.engines.loadgen import VllmDriverClient
 from eagle3.errors import CommandFailed, ServiceStartTimeout
 from eagle3.process.services import Supervisor, state_dir_for
 
@@ -25,7 +26,7 @@ def _client(tmp_path, **env) -> tuple[VllmDriverClient, Supervisor]:
     sup = Supervisor(state_dir_for(tmp_path / "run"))
     engine = EngineEnv(python=Path(sys.executable), env={"PYTHONPATH": str(FAKE)})
     env = {"PYTHONPATH": str(FAKE), "FAKE_BENCH_CALLS": str(tmp_path / "calls"), **env}
-    client = open_client(sup, "vllm", engine, env, "bench-client-k3", tmp_path / "bench" / "logs", "bench", 60.0)
+    client = engine_registry.get("vllm").open_load_client(sup, engine, env, "bench-client-k3", tmp_path / "bench" / "logs", "bench", 60.0)
     assert isinstance(client, VllmDriverClient)
     return client, sup
 
@@ -75,7 +76,7 @@ def test_a_window_over_its_budget_stops_the_driver(tmp_path):
 
 def test_a_driver_that_cannot_start_fails_the_window_with_its_log(tmp_path):
     sup = Supervisor(state_dir_for(tmp_path / "run"))
-    client = open_client(sup, "vllm", EngineEnv(python=Path(sys.executable)), {}, "bench-client-baseline",
+    client = engine_registry.get("vllm").open_load_client(sup, EngineEnv(python=Path(sys.executable)), {}, "bench-client-baseline",
                          tmp_path / "logs", "bench", 60.0)  # no vllm importable
     with pytest.raises(CommandFailed, match="bench-client-baseline exited with code 1") as err:
         client.run(_spec(tmp_path, 1), timeout_s=60)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from eagle3.engines.metrics import (MetricsError, SpecCounters, Traffic, acceptance, parse_prometheus,
-                                   sglang_spec_counters)
+                                   sglang_spec_counters, SGLANG_TRAFFIC)
 
 # As vLLM 0.32 (CPU build) printed it for a k=3 server after 64 drafts (labels, HELP/TYPE lines,
 # the `_created` gauges that must not be counted), plus a second engine as with data parallelism.
@@ -118,7 +118,7 @@ def test_sglang_counters_give_vllm_s_definitions():
     a = acceptance(c)
     assert a.acceptance_length == pytest.approx(1 + 344 / 160) and a.acceptance_rate == pytest.approx(344 / 480)
     assert a.per_position == []  # SGLang counts no position
-    assert Traffic.from_samples(samples, "tiny-llama", "sglang") == Traffic(requests=8, prompt_tokens=400,
+    assert Traffic.from_samples(samples, "tiny-llama", SGLANG_TRAFFIC) == Traffic(requests=8, prompt_tokens=400,
                                                                            generation_tokens=512)
     assert sglang_spec_counters(samples, 3, model_name="tiny-llama") == c
     assert sglang_spec_counters(samples, 3, model_name="other") is None
@@ -127,5 +127,5 @@ def test_sglang_counters_give_vllm_s_definitions():
 def test_sglang_without_a_verify_step_has_no_spec_counters():
     no_spec = "\n".join(ln for ln in SGLANG.splitlines() if "spec_verify" not in ln)
     assert sglang_spec_counters(parse_prometheus(no_spec), k=3) is None
-    assert Traffic.from_samples(parse_prometheus(no_spec), engine="sglang").requests == 8
+    assert Traffic.from_samples(parse_prometheus(no_spec), names=SGLANG_TRAFFIC).requests == 8
     assert Traffic.from_samples(parse_prometheus(SGLANG)) == Traffic()  # vLLM's names are not SGLang's

@@ -34,7 +34,7 @@ def test_serve_argv_has_documented_flags_and_passes_speculative_flags_through():
     target = Target(model=Path("/models/t"), served_name="tgt", dtype="bfloat16", max_model_len=2048,
                     tensor_parallel_size=2, trust_remote_code=True)
     server = Server(port=30000, extra_args=["--mem-fraction-static", "0.8"], api_key="s3cret")
-    argv = sglang.serve_argv(EngineEnv(python=Path("/envs/sgl/bin/python")), target, server, SPEC_FLAGS)
+    argv = sglang.ENGINE.serve_argv(EngineEnv(python=Path("/envs/sgl/bin/python")), target, server, SPEC_FLAGS)
     # The launcher runs `-m sglang.launch_server` and appends the key from the environment after exec.
     assert argv[:2] == ["/envs/sgl/bin/python", str(sglang.LAUNCHER)]
     assert flag(argv, "--model-path") == "/models/t"
@@ -43,11 +43,11 @@ def test_serve_argv_has_documented_flags_and_passes_speculative_flags_through():
     assert flag(argv, "--context-length") == "2048" and flag(argv, "--tp-size") == "2"
     assert flag(argv, "--dtype") == "bfloat16" and "--trust-remote-code" in argv
     assert "--api-key" not in argv and "s3cret" not in argv
-    assert sglang.serve_env("s3cret") == {sglang.KEY_ENV: "s3cret"}
+    assert sglang.ENGINE.serve_env("s3cret") == {sglang.KEY_ENV: "s3cret"}
     # Phase flags pass through verbatim, in order, and the server's own extra args come last.
     assert argv[-len(SPEC_FLAGS) - 2:] == SPEC_FLAGS + ["--mem-fraction-static", "0.8"]
     # A command prefix (conda run ...) replaces the interpreter and still runs the module.
-    prefixed = sglang.serve_argv(EngineEnv(command_prefix=["conda", "run", "-n", "sgl"]), target, Server(port=1))
+    prefixed = sglang.ENGINE.serve_argv(EngineEnv(command_prefix=["conda", "run", "-n", "sgl"]), target, Server(port=1))
     assert prefixed[:6] == ["conda", "run", "-n", "sgl", "python", str(sglang.LAUNCHER)]
 
 
@@ -105,7 +105,7 @@ def test_stop_signals_the_leader_alone_so_sglang_shuts_down_as_designed(make_con
     whole group: the detokenizer died first, and SGLang logged it as a crash, slept five seconds
     before crash diagnostics, then killed its tree. SIGTERM to the leader alone drains and ends in
     about 4 s there. The stand-in (FAKE_SGLANG_CHILDREN) reproduces both; the adapter must take the first."""
-    monkeypatch.setattr(sglang, "STOP_LEADER_FIRST", leader_first)
+    monkeypatch.setattr(sglang.Sglang, "stop_leader_first", leader_first)
     cfg, sup = fake_config(make_config, 0.0, 0.0)
     cfg.engines.sglang.env["FAKE_SGLANG_CHILDREN"] = "1"
     proc = start_server(sup, cfg, "datagen", "sglang", cfg.datagen.server)

@@ -25,7 +25,7 @@ import pytest
 from eagle3.bench.stats import LIKELY_CAUSES, best_k, evaluate_gate, gate_error_text, table
 from eagle3.engines import benchclient
 from eagle3.engines.metrics import SpecCounters, acceptance
-from eagle3.engines.spec_decode import acceptance_source
+from eagle3.engines import engine_registry
 from eagle3.errors import ConfigError, GateError
 from eagle3.phases.bench import BenchPaths, held_out_prompts, run_bench
 from eagle3.bench.report import markdown, plot_png
@@ -278,7 +278,7 @@ def test_every_acceptance_number_is_the_servers_counter_delta(constant_run):
         for w in windows:
             delta = SpecCounters.from_dict(w["counters_after"]) - SpecCounters.from_dict(w["counters_before"])
             assert delta.to_dict() == w["delta"]
-            assert w["acceptance"] == acceptance(delta, acceptance_source("vllm")).to_dict()
+            assert w["acceptance"] == acceptance(delta, engine_registry.get("vllm").acceptance_source).to_dict()
             # `vllm bench serve` read /metrics itself around its own run: the same window.
             client = w["client_spec"]
             assert (client["drafts"], client["draft_tokens"], client["accepted"]) == \

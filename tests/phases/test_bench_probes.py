@@ -11,7 +11,6 @@ import sys
 import pytest
 
 from eagle3.bench.paths import BenchPaths
-from eagle3.engines import benchclient
 from eagle3.phases import bench
 
 PROMPTS = {"ids": ["h1", "h2", "h3"], "texts": ["what is x?", "fix this code", "what is y?"],
@@ -27,8 +26,7 @@ def _config(make_config, engine: str, **bench_section):
 def _probes(cfg, drafter: dict) -> list[dict]:
     paths = BenchPaths.of(cfg)
     paths.dir.mkdir(parents=True)
-    _, _, _, write_dataset, ext = benchclient.CLIENTS[cfg.bench.engine]
-    return bench._probes(cfg, drafter, PROMPTS, write_dataset, ext, paths)
+    return bench._probes(cfg, drafter, PROMPTS, paths)
 
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])

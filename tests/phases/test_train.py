@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from eagle3.errors import ConfigError
-from eagle3.phases.train import SGLANG_TRAIN_FLAGS, build_argv, trainer_gpus, use_dry_run
+from eagle3.engines.sglang import ENGINE as SGLANG
+from eagle3.phases.train import build_argv, trainer_gpus, use_dry_run
 from eagle3.phases.torch_pickle import TorchFileError, load_plain
 from eagle3.phases.train_resume import (checkpoint_freq_allows_resume, finished_checkpoint, prepare_resume, scheduler_step)
 from tests.test_checkpoints import make_ckpt
@@ -199,7 +200,7 @@ def test_trainer_argv_multi_gpu_and_sglang(make_config, tmp_path):
     argv = build_argv(cfg, _Manifest(), tmp_path / "save", dry_run=False)
     assert argv[0].endswith("/torchrun") and argv[1:7] == ["--standalone", "--nnodes", "1", "--nproc-per-node", "4", "-m"]
     assert argv[7] == "speculators.train"
-    assert all(flag in argv for flag in SGLANG_TRAIN_FLAGS)
+    assert all(flag in argv for flag in SGLANG.drafter_train_flags)
     dry = build_argv(cfg, _Manifest(), tmp_path / "save", dry_run=True)
     assert dry[1] == "train" and "--dry-run" in dry  # a dry run is one process
 

@@ -21,7 +21,10 @@ from pydantic import BaseModel, SecretStr, ValidationError
 
 from eagle3.process import procfs
 from eagle3.config import Server, config_model, load_config
-from eagle3.engines import benchclient, sglang, spec_decode as speculative, speculators_cli as speculators, vllm
+from eagle3.engines import benchclient, speculators_cli as speculators
+from eagle3.engines import sglang as sglang_module
+from eagle3.engines.sglang import ENGINE as sglang
+from eagle3.engines.vllm import ENGINE as vllm
 from eagle3.engines.serving import KEY_PURPOSE, api_key, base_url
 from eagle3.errors import ConfigError
 from eagle3.process.services import LaunchSpec, Supervisor, state_dir_for
@@ -186,9 +189,9 @@ def test_every_config_string_reaches_the_engines_as_one_literal_argument(tmp_pat
         "vllm-datagen": (e.vllm, vllm.serve_argv(e.vllm, cfg.target, cfg.datagen.server), cfg.datagen.server),
         "vllm-extract": (e.vllm, vllm.serve_argv(e.vllm, cfg.target, cfg.extract.server), cfg.extract.server),
         "vllm-bench": (e.vllm, vllm.serve_argv(e.vllm, cfg.target, cfg.bench.server,
-                                               speculative.spec_args("vllm", cfg.bench.drafter, 3)), cfg.bench.server),
+                                               vllm.spec_args(cfg.bench.drafter, 3)), cfg.bench.server),
         "sglang-bench": (e.sglang, sglang.serve_argv(e.sglang, cfg.target, cfg.bench.server,
-                                                     speculative.spec_args("sglang", cfg.bench.drafter, 3)),
+                                                     sglang.spec_args(cfg.bench.drafter, 3)),
                          cfg.bench.server),
         "prepare-data": (e.speculators, speculators.prepare_data_argv(
             e.speculators, cfg.target.model, run / "datagen" / "samples.jsonl", run / "extract" / "prepared.partial",
@@ -230,7 +233,7 @@ def test_every_config_string_reaches_the_engines_as_one_literal_argument(tmp_pat
     by_name = dict(zip(argvs, got))
     assert by_name["vllm-datagen"]["env"]["STANDIN_PAYLOAD"] == p["engines.vllm.env{}"]
     assert by_name["vllm-datagen"]["env"]["VLLM_API_KEY"] == header_safe(p["datagen.server.api_key"])
-    assert by_name["sglang-bench"]["env"][sglang.KEY_ENV] == texts["bench.server.api_key"]
+    assert by_name["sglang-bench"]["env"][sglang_module.KEY_ENV] == texts["bench.server.api_key"]
     assert by_name["train"]["env"]["STANDIN_PAYLOAD"] == p["engines.speculators.env{}"]
     assert sorted(markers.iterdir()) == [], "a shell ran a payload"
     assert sup.registry.entries() == []

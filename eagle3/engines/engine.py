@@ -1,0 +1,111 @@
+"""What the pack knows about one serving engine, in one object.
+
+An engine is one module that defines a subclass of `Engine` and an instance of it named ENGINE, plus
+one entry in eagle3/engines/engine_registry.py. Everything the pack does with an engine goes through that
+object: the server's command line and readiness, how it is told to speculate and how it counts what
+it accepted, its load generator, the drafter layout it loads, the flags and variables the pack sets
+on it (so a config may not set them twice), and how its version and capabilities are probed.
+
+Nothing here imports the config: the engine modules are read by the config's own checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from ..process.readiness import Probe
+    from .benchclient import LoadResult, LoadSpec
+    from .metrics import SpecCounters, Traffic
+
+# What a managed speculative-decoding flag is set from, for every engine's managed_flags.
+SPECULATIVE = ("the pack's own speculative decoding settings (bench: bench.num_speculative_tokens with the trained "
+               "or bench.drafter drafter; extract: hidden-state capture; datagen serves the target alone)")
+
+
+class Engine:
+    # ---- identity ----------------------------------------------------------------------------
+    name: ClassVar[str]
+
+    # ---- serving -----------------------------------------------------------------------------
+    # How a stop reaches the server: SIGTERM to the whole process group (False), or to its leader first,
+    # which ends its own tree (True).
+    stop_leader_first: ClassVar[bool] = False
+    # Whether a chat completion can return the sampled token ids (datagen then stores them).
+    returns_token_ids: ClassVar[bool] = False
+
+    def serve_argv(self, env, target, server, extra: list[str] = ()) -> list[str]:
+        """The server's command line: target, host, port, dtype, context, TP size, then `extra` (the
+        phase's flags) and server.extra_args last."""
+        raise NotImplementedError
+
+    def serve_env(self, key: str) -> dict[str, str]:
+        """Environment that hands the server its API key (never argv: `ps` shows argv to every user)."""
+        raise NotImplementedError
+
+    def readiness(self, server, log: Path) -> list["Probe"]:
+        """What must hold before the server counts as ready (the pack adds its own port-owner check)."""
+        raise NotImplementedError
+
+    # ---- speculative decoding and its counters -----------------------------------------------
+    acceptance_source: ClassVar[str]  # where a window's acceptance comes from, said in every report
+
+    def spec_args(self, drafter: Path, k: int) -> list[str]:
+        """Server flags for target + drafter with k speculative tokens (a chain: one token per step)."""
+        raise NotImplementedError
+
+    def scrape(self, url: str, k: int, served_name: str, headers: dict[str, str],
+               before: bool = True) -> tuple["SpecCounters | None", "Traffic"]:
+        """(spec-decode counters, None without a drafter; traffic counters) from one read of the
+        server's metrics. `before`: a snapshot taken before a window (an engine that counts nothing
+        until its first verify step may report zeros then)."""
+        raise NotImplementedError
+
+    def cross_check(self, url: str, headers: dict[str, str]) -> dict[str, Any]:
+        """The engine's own acceptance figure, recorded beside the counters' (not used for verdicts)."""
+        return {}
+
+    version_paths: ClassVar[tuple[str, ...]] = ("/version",)  # where a running server says its version
+
+    # ---- load generator ----------------------------------------------------------------------
+    load_client: ClassVar[str]         # its name in reports
+    load_client_module: ClassVar[str]  # the module the doctor imports in the engine's environment
+    dataset_suffix: ClassVar[str]
+
+    def write_dataset(self, path: Path, texts: list[str]) -> Path:
+        raise NotImplementedError
+
+    def open_load_client(self, sup, env_cfg, env: dict[str, str], name: str, log_dir: Path, phase: str,
+                         hang_timeout_s: float | None):
+        """An object with run(LoadSpec, timeout_s) -> log path and stop(), for one server's windows."""
+        raise NotImplementedError
+
+    def load_argv(self, env_cfg, spec: "LoadSpec") -> list[str]:
+        """The command line of one load-generator run (engines with a process per window)."""
+        raise NotImplementedError
+
+    def parse_load(self, result_file: Path) -> "LoadResult":
+        raise NotImplementedError
+
+    # ---- drafters ----------------------------------------------------------------------------
+    # The checkpoint layout its loader reads: a key of eagle3/drafters/formats.py's layouts, which
+    # decides the weight names, the config format and the aux-layer-id convention.
+    drafter_layout: ClassVar[str]
+    # Trainer flags a drafter for this engine needs (its loader lacks some of the trainer's norms).
+    drafter_train_flags: ClassVar[tuple[str, ...]] = ()
+
+    # ---- what the pack sets itself (eagle3/managed.py) ---------------------------------------
+    # Server flag spellings -> the config field the pack sets them from, beyond every engine's own.
+    managed_flags: ClassVar[dict[tuple[str, ...], str]] = {}
+    managed_env: ClassVar[dict[str, str]] = {}  # variables the pack sets in this engine's processes
+    remote_env: ClassVar[str | None] = None  # a variable that binds internal ports (loopback unless allow_remote)
+
+    # ---- probes (eagle3/engines/probe.py, run in the engine's environment) -------------------
+    # Whether engine_side/inspect_target.py knows this engine (its versions, whether it can serve the
+    # target's architecture). That script runs inside the engine's interpreter, where this object is
+    # not importable; an engine it does not know gets a WARN from the doctor instead of its checks.
+    inspected: ClassVar[bool] = True
+    optional_serve_flags: ClassVar[tuple[str, ...]] = ()  # flags some releases lack; the probe asks its parser
+
+    def __repr__(self) -> str:
+        return f"<engine {self.name}>"

@@ -1,0 +1,73 @@
+"""An engine is one module plus one registry entry: toy_engine.py, registered for the test, serves
+the target for datagen and is benchmarked with a drafter by the real phases (run_phase), through the
+pack's supervisor, handoff-visible registry and config checks, and nothing else of the pack changes."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from eagle3.config import load_config
+from eagle3.engines import engine_registry
+from eagle3.errors import ConfigError
+from eagle3.pipeline import run_phase, supervisor
+from tests.conftest import write_tiny_config
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "tests" / "fixtures" / "eagle3-tiny"
+TOY = {"toy": "tests.engines.toy_engine:ENGINE"}
+K, MAX_TOKENS = 3, 12
+
+
+def _overrides() -> dict:
+    server = {"extra_args": [], "startup_timeout_s": 60}
+    return {"target": {"model": str(FIXTURES / "target")},
+            "engines": {"toy": {"python": sys.executable}},
+            "datagen": {"engine": "toy", "max_samples": 6, "concurrency": 3, "server": server,
+                        "sampling": {"max_tokens": MAX_TOKENS}},
+            "bench": {"engine": "toy", "drafter": str(FIXTURES / "drafter-trained"), "drafter_trained": True,
+                      "num_speculative_tokens": [K], "concurrency": [2], "num_prompts": 4, "warmup_prompts": 1,
+                      "max_tokens": MAX_TOKENS, "server": server}}
+
+
+def test_an_engine_from_one_file_runs_datagen_and_bench(tmp_path):
+    with engine_registry.using(TOY):
+        cfg = write_tiny_config(tmp_path, _overrides())
+        sup = supervisor(cfg)
+        run_phase(cfg, "datagen", sup)
+        run_phase(cfg, "bench", sup)
+        assert not sup.registry.entries(), "a toy server or client is still registered"
+
+    rows = [json.loads(line) for line in (cfg.phase_dir("datagen") / "samples.jsonl").read_text().splitlines()]
+    assert len(rows) == 6
+    for row in rows:  # the toy engine's answer: the question's words, cycled to max_tokens
+        question, reply = row["conversations"][-2]["content"].split(), row["conversations"][-1]["content"].split()
+        assert reply == [question[i % len(question)] for i in range(MAX_TOKENS)]
+        assert row["meta"]["token_ids"] == [], "the toy engine does not return token ids, and was not asked to"
+
+    results = json.loads((cfg.phase_dir("bench") / "results.json").read_text())
+    assert (results["engine"], results["bench_client"], results["engine_version"]) == \
+        ("toy", "toy_engine.py load", "toy-1")
+    assert [s["label"] for s in results["servers"]] == ["baseline", f"k={K}"]
+    spec = results["servers"][1]
+    assert "--draft-model" in spec["argv"] and str(cfg.bench.drafter) in spec["argv"]
+    for w in spec["windows"]:  # measured by the toy's own counters: every request n tokens in ceil(n/(K+1)) steps
+        steps = w["load"]["completed"] * -(-MAX_TOKENS // (K + 1))
+        assert w["traffic_delta"]["generation_tokens"] == w["load"]["total_output_tokens"] == 4 * MAX_TOKENS
+        assert w["delta"]["drafts"] == steps and w["delta"]["accepted"] == 4 * MAX_TOKENS - steps
+        assert w["acceptance"]["source"] == "toy /metrics spec counter deltas around the window"
+    assert results["gate"]["status"] == "passed"
+    assert all(s["stop"]["clean"] for s in results["servers"]), "each server ended on its stop signal"
+
+
+def test_an_engine_that_is_not_registered_is_named_with_the_known_ones(tmp_path):
+    with engine_registry.using(TOY):
+        write_tiny_config(tmp_path, _overrides())
+    path = tmp_path / "config.yaml"
+    with pytest.raises(ConfigError) as err:  # the same YAML, once toy is no longer registered
+        load_config(path)
+    assert "datagen.engine" in str(err.value) and "unknown engine 'toy'" in str(err.value)
+    assert "vllm, sglang" in str(err.value) and "engines.toy" in str(err.value)
