@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from eagle3.appendlog import AppendLog
+
 from eagle3.process import lease
 from eagle3 import progress
 from eagle3.phase_table import PIPELINE
@@ -50,6 +52,9 @@ def test_a_run_in_progress_then_failed(tmp_path, make_config):
     sup = supervisor(cfg)
     now = time.time()
     proc = None
+    start = {"phase": "datagen", "engine": "vllm", "seconds": 86.4, "steps": {"weights_s": 0.12, "engine_init_s": 49.91}}
+    with AppendLog(cfg.layout.server_starts) as starts:  # a start of an earlier run in this run dir
+        starts.append({**start, "name": "earlier-vllm-server", "at": now - 3600})
     with pytest.raises(GateError):
         with lease.hold(cfg.run_dir), recording(cfg, str(config), [p.name for p in PIPELINE]) as sink:
             progress.emit(Event("datagen", START, at=now - 30))
@@ -57,6 +62,8 @@ def test_a_run_in_progress_then_failed(tmp_path, make_config):
             progress.emit(Event("datagen", PROGRESS, done=30, total=64, unit="samples", detail={"tok_s": 99.5},
                                 at=now))  # 2 samples/s: ETA 17 s, counting down from here
             sink.flush()
+            with AppendLog(cfg.layout.server_starts) as starts:
+                starts.append({**start, "name": "datagen-vllm-server", "at": time.time()})
             proc = sup.launch(LaunchSpec(name="datagen-vllm-server", argv=[PY, "-c", SLEEP], phase="datagen",
                                          log=cfg.phase_dir("datagen") / "logs" / "server.log"))
             try:
@@ -66,6 +73,9 @@ def test_a_run_in_progress_then_failed(tmp_path, make_config):
                 assert row(out, "state").startswith("RUNNING for ")
                 assert row(out, "held by").startswith(f"PID {os.getpid()} (")
                 assert row(out, "service").startswith(f"datagen-vllm-server PID {proc.pid} alive, GPUs -, up ")
+                assert row(out, "server start") == \
+                    "datagen-vllm-server: ready in 86.4 s (weights 0.1 s, engine init 49.9 s, by its log)"
+                assert "earlier-vllm-server" not in out, "a start of an earlier run is not this run's"
                 assert re.fullmatch(r"datagen \(1 of 4\), running for 3\d s, ETA 1[0-7] s", row(out, "phase"))
                 assert re.fullmatch(r"30/64 samples \(47%\), 2.00 samples/s, ETA 1[0-7] s; 99.5 tok/s", row(out, "datagen"))
                 s = status_json(cfg.run_dir)  # a run dir works as well as the config

@@ -10,6 +10,7 @@ Nothing here imports the config: the engine modules are read by the config's own
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -46,6 +47,20 @@ class Engine:
     def readiness(self, server, log: Path) -> list["Probe"]:
         """What must hold before the server counts as ready (the pack adds its own port-owner check)."""
         raise NotImplementedError
+
+    # Where a start's time went, as the engine's own log says it: (step, regex whose group 1 is seconds).
+    # Steps may nest (vLLM's engine init includes its compile and graph capture). The first match wins:
+    # a speculative server logs a second weight load, its drafter's.
+    start_steps: ClassVar[tuple[tuple[str, str], ...]] = ()
+
+    def start_breakdown(self, log_text: str) -> dict[str, float]:
+        """{step: seconds} of one start, from its log (the text after the start's launch line)."""
+        found = {}
+        for step, pattern in self.start_steps:
+            hit = re.search(pattern, log_text)
+            if hit:
+                found[step] = float(hit.group(1))
+        return found
 
     # ---- speculative decoding and its counters -----------------------------------------------
     acceptance_source: ClassVar[str]  # where a window's acceptance comes from, said in every report

@@ -11,7 +11,7 @@ from ..process import procfs
 from .. import progress
 from ..config import PipelineConfig, Server
 from ..errors import PipelineError
-from ..process.services import LaunchSpec, Process, Registry, Supervisor
+from ..process.services import LAUNCH_MARKER, LaunchSpec, Process, Registry, Supervisor
 from . import engine_registry
 
 
@@ -52,12 +52,23 @@ def start_server(sup: Supervisor, cfg: PipelineConfig, phase: str, engine: str, 
     waited = proc.wait_ready([*adapter.readiness(server, log), OwnListener(server.port, proc.entry.pgid)],
                              timeout_s=server.startup_timeout_s,
                              on_wait=lambda s: progress.waiting(phase, what, s))
-    progress.note(phase, f"{engine} server ready after {waited:.1f} s (PID {proc.pid}, port {server.port})")
-    # One row per server start (what a GPU run's record times: load, compile, graph capture are in its log).
+    steps = adapter.start_breakdown(this_launch(log))
+    said = ", ".join(f"{k[:-2].replace('_', ' ')} {v:.1f} s" for k, v in steps.items())
+    progress.note(phase, f"{engine} server ready after {waited:.1f} s (PID {proc.pid}, port {server.port})"
+                  + (f"; by its log: {said}" if said else ""))
+    # One row per server start: what a GPU run's record and `eagle3 status` time.
     with AppendLog(cfg.layout.server_starts, fsync_every=1) as starts:
         starts.append({"phase": phase, "name": spec.name, "engine": engine, "seconds": round(waited, 2),
-                       "pid": proc.pid, "port": server.port, "log": str(log), "at": time.time()})
+                       "steps": steps, "pid": proc.pid, "port": server.port, "log": str(log), "at": time.time()})
     return proc
+
+
+def this_launch(log: Path, limit: int = 4 * 1024 * 1024) -> str:
+    """The log's text since its last launch line (a log is appended to by every start of its server)."""
+    with open(log, "rb") as f:
+        f.seek(max(0, log.stat().st_size - limit))
+        text = f.read().decode(errors="replace")
+    return text[text.rfind(LAUNCH_MARKER):] if LAUNCH_MARKER in text else text
 
 
 class OwnListener:

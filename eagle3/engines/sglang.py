@@ -43,6 +43,11 @@ class Sglang(Engine):
         # ready line is printed once the warm-up request has gone through. Require both.
         return [HttpProbe(f"http://{server.host}:{server.port}/health"), LogProbe(log, READY_LINE)]
 
+    start_steps = (
+        ("weights_s", r"Load weight end\. elapsed=([\d.]+) s"),
+        ("graphs_s", r"Capture (?:[\w ]+ )?(?:cuda|CUDA) graph end\. Time elapsed: ([\d.]+) s"),
+    )
+
     acceptance_source = ("sglang /metrics counter deltas around the window (verify calls, generation tokens, "
                          "requests; no per-position counts)")
 

@@ -33,6 +33,14 @@ class Vllm(Engine):
         # vLLM opens its HTTP port only after the engine is built, so the first 200 means ready.
         return [HttpProbe(f"http://{server.host}:{server.port}/health")]
 
+    start_steps = (
+        ("weights_s", r"Loading weights took ([\d.]+) seconds"),
+        ("model_load_s", r"Model loading took [\d.]+ GiB (?:memory )?and ([\d.]+) seconds"),
+        ("compile_s", r"torch\.compile took ([\d.]+) s in total"),
+        ("graphs_s", r"Graph capturing finished in ([\d.]+) secs"),
+        ("engine_init_s", r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s"),
+    )
+
     acceptance_source = "vllm /metrics spec-decode counter deltas around the window"
 
     def spec_args(self, drafter: Path, k: int) -> list[str]:

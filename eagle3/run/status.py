@@ -8,11 +8,13 @@ phases' DONE markers, the extraction's summary, and the run's lease holder. Noth
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from datetime import datetime
 from pathlib import Path
 
+from .. import owned
 from ..process import lease, procfs
 from .. import phase_table
 from ..config import load_config
@@ -69,6 +71,26 @@ def _last_handoff(run_dir: Path) -> dict | None:
                     "seconds": r.get("seconds"), "at": r.get("started_at"), "problems": r.get("problems", []),
                     "path": str(path)}
     return None
+
+
+def _server_starts(run_dir: Path, since: float | None) -> list[dict]:
+    """The server starts of this run (since it started), oldest first: how long each took to be ready,
+    and where that went by the engine's own log (steps)."""
+    data = owned.read_bytes(RunLayout(run_dir).server_starts, None, what="server starts", limit=None)
+    rows = []
+    for line in (data or b"").decode(errors="replace").splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue  # a torn last line, while a start is being recorded
+        if isinstance(row, dict) and (since is None or float(row.get("at") or 0) >= since):
+            rows.append({k: row.get(k) for k in ("phase", "name", "engine", "seconds", "steps", "at")})
+    return rows
+
+
+def start_line(start: dict) -> str:
+    steps = ", ".join(f"{k[:-2].replace('_', ' ')} {v:.1f} s" for k, v in (start.get("steps") or {}).items())
+    return f"{start['name']}: ready in {start['seconds']:.1f} s" + (f" ({steps}, by its log)" if steps else "")
 
 
 def _hidden_states(run_dir: Path, views: dict[str, PhaseView]) -> dict:
@@ -133,6 +155,7 @@ def collect(run_dir: Path, config_path: str | None = None, now: float | None = N
         "eta_s": eta_left(views[current], now) if current else None, "phases_run": (record or {}).get("phases"),
         "activity": (views.get(prog.get("current")).to_dict() if prog.get("current") in views else None),
         "progress_updated_at": prog.get("updated_at"), "phases": phases, "services": _services(run_dir, now),
+        "server_starts": _server_starts(run_dir, (record or {}).get("started_at")),
         "last_handoff": _last_handoff(run_dir), "failures": read_json(layout.failures, default={}),
         "hidden_states": _hidden_states(run_dir, views), "report": str(report) if report else None,
         "shards": {p: shard_lines for p in order if (shard_lines := fanout_ledger.lines(run_dir, p))},
@@ -187,6 +210,7 @@ def render(s: dict) -> str:
         rows.append(("services", "none registered") if svc is None else (
             "service", f"{svc['name']} PID {svc['pid']} {svc['state']}, GPUs {svc['gpus'] or '-'}, "
                        f"up {fmt_duration(svc['uptime_s'])}, log {svc['log']}"))
+    rows += [("server start", start_line(start)) for start in s.get("server_starts") or []]
     h = s["last_handoff"]
     if h:
         rows.append(("handoff", f"{h['label']}: {h['verdict']} (took {h['seconds']} s), {_ago(_timestamp(h['at']), now)}"

@@ -3,6 +3,8 @@ fixture's teardown) stops without leaving a process, a registry entry or a liste
 
 from __future__ import annotations
 
+import json
+
 import re
 
 import httpx
@@ -39,6 +41,16 @@ def test_server_tree_is_one_supervised_group(vllm_server):
     assert vllm_server.process.entry.id in {e.id for e in vllm_server.supervisor.registry.entries()}
     rss = sum(psutil.Process(p.pid).memory_info().rss for p in members if psutil.pid_exists(p.pid))
     print(f"vLLM ready in {vllm_server.startup_s:.1f} s; group {[p.comm for p in members]}; RSS {rss / 2**30:.2f} GiB")
+
+
+def test_its_start_is_recorded_with_the_steps_its_log_names(vllm_server):
+    """One server_starts row per start, with where the time went as vLLM's own log says it (the CPU build
+    logs its weight load and engine init; a GPU start adds model load, compile and graph capture)."""
+    rows = [json.loads(line) for line in vllm_server.config.layout.server_starts.read_text().splitlines()]
+    assert len(rows) == 1 and rows[0]["pid"] == vllm_server.process.pid and rows[0]["engine"] == "vllm"
+    steps = rows[0]["steps"]
+    assert {"weights_s", "engine_init_s"} <= set(steps), steps
+    assert 0 < steps["weights_s"] < rows[0]["seconds"] and 0 < steps["engine_init_s"] < rows[0]["seconds"]
 
 
 def test_models_lists_the_served_name(vllm_server):

@@ -1,0 +1,35 @@
+"""Where a server start's time went, read from the engine's own log lines (as the H200 runs printed
+them: bench/results/smollm2-h200-20261204/run-files.tar.gz for vLLM 0.25,
+bench/results/sglang-h200-20261202-run2/hang-server.log for SGLang)."""
+
+from __future__ import annotations
+
+from eagle3.engines.sglang import ENGINE as SGLANG
+from eagle3.engines.vllm import ENGINE as VLLM
+
+VLLM_GPU_START = """\
+(EngineCore pid=1733) INFO 12-04 06:00:08 [default_loader.py:430] Loading weights took 0.12 seconds
+(EngineCore pid=1733) INFO 12-04 06:00:09 [model_runner.py:302] Model loading took 0.26 GiB and 2.503932 seconds
+(EngineCore pid=1733) INFO 12-04 06:00:34 [monitor.py:53] torch.compile took 23.95 s in total
+(EngineCore pid=1733) INFO 12-04 06:00:42 [model_runner.py:722] Graph capturing finished in 6 secs, took 0.39 GiB
+(EngineCore pid=1733) INFO 12-04 06:00:59 [core.py:337] init engine (profile, create kv cache, warmup model) took 49.91 s (compilation: 23.95 s)
+(EngineCore pid=1733) INFO 12-04 06:01:01 [default_loader.py:430] Loading weights took 0.03 seconds
+"""
+SGLANG_GPU_START = """\
+[2026-12-02 19:53:50] Load weight end. elapsed=0.18 s, type=LlamaForCausalLM, avail mem=139.09 GB, mem usage=0.00 GB.
+[2026-12-02 19:53:50] Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, bs=[1, 2], avail mem=110.46 GB
+[2026-12-02 19:53:56] Capture target decode CUDA graph end. Time elapsed: 5.12 s. mem usage=0.41 GB. avail mem=110.05 GB.
+"""
+
+
+def test_vllm_steps_the_first_load_being_the_targets():
+    assert VLLM.start_breakdown(VLLM_GPU_START) == {"weights_s": 0.12, "model_load_s": 2.503932, "compile_s": 23.95,
+                                                    "graphs_s": 6.0, "engine_init_s": 49.91}
+
+
+def test_sglang_steps():
+    assert SGLANG.start_breakdown(SGLANG_GPU_START) == {"weights_s": 0.18, "graphs_s": 5.12}
+
+
+def test_a_log_without_those_lines_gives_no_steps():
+    assert VLLM.start_breakdown("INFO: Application startup complete.\n") == {}
