@@ -245,6 +245,9 @@ def _purge(step: _Steps, report: HandoffReport, run_dir: Path, settings: Handoff
         rec["detail"] = f"{len(result.removed)} file(s) removed"
 
 
+RELEASE_POLL_S = 0.005  # NVML's memory and process queries take about a millisecond per GPU
+
+
 def _snapshot(backend: GpuBackend, gpus: list[int]) -> list[GpuState]:
     """Every GPU NVML sees (holders are attributed through all process lists); the GPUs in
     question must be among them."""
@@ -348,7 +351,25 @@ def _verify(report: HandoffReport, settings: Handoff, backend: GpuBackend | None
             first_seen.setdefault(pid, now)
         if any(now - first_seen[pid] >= settings.grace_s for pid in immovable) or now >= deadline:
             return blockers
-        time.sleep(min(settings.poll_interval_s, max(0.0, deadline - now)))
+        _await_release(backend, gpus, settings.used_mib_threshold, min(now + settings.poll_interval_s, deadline))
+
+
+def _await_release(backend: GpuBackend | None, gpus: list[int], threshold_mib: float, until: float) -> None:
+    """Wait until `until`, or less: until NVML alone reads every GPU at or under the threshold with no
+    process on it. The full proof (NVML, the /proc scan of holders, the ports) then runs at once, not a
+    poll interval after the driver freed the memory (it frees a context 0.04-0.1 s after its process
+    is gone); a proof is only ever what that full check sees."""
+    if backend is None or not gpus:  # nothing to read cheaply: the ports are part of the full check
+        time.sleep(max(0.0, until - time.monotonic()))
+        return
+    while (now := time.monotonic()) < until:
+        time.sleep(min(RELEASE_POLL_S, until - now))
+        try:
+            states = backend.snapshot(gpus)
+        except PipelineError:
+            return  # the full check reports it
+        if all(s.used_mib <= threshold_mib and not s.processes for s in states):
+            return
 
 
 def _blockers(states: list[GpuState], holders: dict[int, Holder], listeners: list[dict],

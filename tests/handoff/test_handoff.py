@@ -222,6 +222,20 @@ def test_a_service_grace_longer_than_the_deadline_still_gets_the_release_wait(en
     assert [g["used_mib"] for g in report.gpus] == [0, 0]
 
 
+def test_the_proof_runs_as_soon_as_nvml_reads_the_memory_freed_not_a_poll_interval_later(env):
+    """Memory freed 0.3 s after the holder is gone, a 3 s poll interval: the handoff waits for the
+    release, not for the next poll, and its proof is still the full check (GPUs, holders, ports)."""
+    env.gpus.linger_s = 0.3
+    proc = env.launch(HOLD, env.gpus.device(0))
+    assert env.gpus.snapshot([0])[0].used_mib == 512
+    t0 = time.monotonic()
+    report = env.handoff(poll_interval_s=3.0, deadline_s=10)
+    took = time.monotonic() - t0
+    assert report.ok and gone(proc.pid) and report.gpu_check.startswith("verified"), report.problems
+    assert 0.3 <= took < 1.5, took
+    assert [g["used_mib"] for g in report.gpus] == [0, 0] and report.holders == []
+
+
 def test_memory_held_with_no_process_blocks_until_the_deadline(env):
     env.gpus.stuck_mib[1] = 5554
     t0 = time.monotonic()
