@@ -13,7 +13,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from . import phase_table, progress
+from . import handover, phase_table, progress
 from .config import PipelineConfig, default_aux_layer_ids, num_hidden_layers, remote_binds
 from .config.target_model import target_config
 from .errors import ConfigError, PipelineError
@@ -304,7 +304,7 @@ def check_drafter(cfg: PipelineConfig) -> Check | None:
 
     if cfg.bench.drafter is not None:
         drafter = {"path": str(cfg.bench.drafter), "source": "bench.drafter"}
-    elif manifest := read_json(cfg.layout.train_manifest):
+    elif manifest := handover.trained_drafter(cfg, required=False):
         drafter = {"path": manifest["checkpoint"], "aux_layer_ids_vllm": manifest.get("aux_layer_ids_vllm"),
                    "source": "train manifest"}
     else:

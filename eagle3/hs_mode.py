@@ -18,7 +18,7 @@ import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from . import managed, owned
+from . import handover, managed, owned
 from .config import PipelineConfig
 from .errors import ConfigError
 from .phases.extract_disk import (HEADER_BYTES, Estimate, bytes_per_token, estimate_from_samples, exact_estimate, fmt_bytes)
@@ -68,7 +68,7 @@ def offline_estimate(cfg: PipelineConfig) -> Estimate:
     index = read_prepared_index(cfg)
     if index is not None:
         return exact_estimate(len(index["seq_len"]), sum(index["seq_len"]), per_token)
-    samples = cfg.layout.samples
+    samples = handover.samples(cfg)
     if samples.is_file() and samples.stat().st_size:
         return estimate_from_samples(samples, cfg.extract.seq_length, per_token)
     rows = cfg.datagen.max_samples or _count_lines(cfg.datagen.prompts)

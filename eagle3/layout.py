@@ -39,6 +39,7 @@ OWNER_TOKEN = "owner-token"
 # Files one phase writes and another reads (or the phase table names as outputs): named here only.
 SAMPLES = "samples.jsonl"              # datagen/
 PREPARED_INDEX = "prepared_index.json"  # extract/
+DATAGEN_MANIFEST = "manifest.json"     # datagen/, beside its samples
 EXTRACT_MANIFEST = "manifest.json"     # extract/
 TRAIN_MANIFEST = "manifest.json"       # train/
 HS_CACHE = "hs-cache"                  # train/, emptied by every handoff (the train row's purge)

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from eagle3.cli import app
 from eagle3.doctor import (FAIL, PASS, WARN, check_aux_layers, check_disk, check_network_exposure, check_ports, check_target_support, run_doctor)
 from eagle3.process.services import Supervisor
+from eagle3.phases.train_manifest import MANIFEST_SCHEMA
 
 from tests.conftest import requires_engine
 
@@ -174,7 +175,7 @@ def test_model_dir_without_weights_fails(make_config, tmp_path):
 def _train_manifest(cfg, checkpoint: Path, ids: list[int]) -> None:
     path = cfg.phase_dir("train") / "manifest.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"checkpoint": str(checkpoint), "trained": True, "aux_layer_ids_vllm": ids}))
+    path.write_text(json.dumps({"schema": MANIFEST_SCHEMA, "checkpoint": str(checkpoint), "trained": True, "aux_layer_ids_vllm": ids}))
 
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "eagle3-tiny"

@@ -15,7 +15,7 @@ from ..errors import ConfigError, GateError
 from ..fsio import read_input_json
 from ..prompts import load_prompts
 from ..prompts.sets import load_prompt_set
-from ..phases.train_manifest import read_train_manifest
+from .. import handover
 
 def resolve_drafter(cfg: PipelineConfig) -> dict:
     """Which drafter to serve and whether it is trained: bench.drafter if set, else the train
@@ -28,7 +28,7 @@ def resolve_drafter(cfg: PipelineConfig) -> dict:
                 "status": "TRAINED (as declared by bench.drafter_trained)" if b.drafter_trained else "UNTRAINED",
                 "aux_layer_ids": drafter_aux_ids(b.drafter), "aux_layer_ids_convention": None,
                 "train_manifest": None, "data": (read_input_json(b.drafter / PROVENANCE) or {}).get("data")}
-    m = read_train_manifest(cfg)
+    m = handover.trained_drafter(cfg)
     path = Path(m["checkpoint"])
     if m.get("engine") not in (None, b.engine):
         raise ConfigError(f"{cfg.layout.train_manifest}: the drafter was gated and exported for {m['engine']!r}, but "
@@ -79,28 +79,12 @@ def training_prompts(cfg: PipelineConfig) -> list:
     families of prompts: rows next to each other are often one family)."""
     d = cfg.datagen
     ps = load_prompts(d.prompts, None, skip_invalid=d.skip_invalid_prompts)
-    used = _datagen_ids(cfg)
+    used = handover.sample_ids(cfg)
     if used is None:
         used = {p.id for p in ps.prompts[: d.max_samples]} if d.max_samples else set(ps.ids)
     rows = [p for p in ps.prompts if p.id in used]
     n = min(cfg.bench.parity.prompts, len(rows))
     return [rows[i * len(rows) // n] for i in range(n)]
-
-
-def _datagen_ids(cfg: PipelineConfig) -> set[str] | None:
-    """Ids data generation wrote (None if it has no samples file). Read-only and tolerant of a
-    torn last row: this phase must never modify phase 1's files."""
-    try:
-        data = cfg.layout.samples.read_bytes()
-    except FileNotFoundError:
-        return None
-    ids = set()
-    for line in data.split(b"\n"):
-        try:
-            ids.add(str(json.loads(line)["id"]))
-        except (ValueError, KeyError, TypeError):
-            continue
-    return ids
 
 
 def held_out_prompts(cfg: PipelineConfig) -> dict:
@@ -114,7 +98,7 @@ def held_out_prompts(cfg: PipelineConfig) -> dict:
     else:
         d = cfg.datagen
         ps = load_prompts(d.prompts, None, skip_invalid=d.skip_invalid_prompts)
-        used = _datagen_ids(cfg)
+        used = handover.sample_ids(cfg)
         if used is None:  # phase 1's output is gone: hold out what it would have taken
             used = {p.id for p in ps.prompts[: d.max_samples]} if d.max_samples else set(ps.ids)
         rows = [p for p in ps.prompts if p.id not in used]

@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 from ..appendlog import AppendLog, recover
 from ..config import PipelineConfig
-from ..layout import SAMPLES
+from ..layout import DATAGEN_MANIFEST, SAMPLES
 from ..fanout.slices import Shard
 from ..engines import engine_registry
 from ..engines.serving import base_url as server_url
@@ -61,7 +61,7 @@ class DatagenPaths:
 
     @property
     def manifest(self) -> Path:
-        return self.dir / "manifest.json"
+        return self.dir / DATAGEN_MANIFEST
 
     @property
     def summary(self) -> Path:

@@ -35,7 +35,7 @@ import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from .. import progress
+from .. import handover, progress
 from ..config import PipelineConfig
 from ..layout import EXTRACT_MANIFEST, PREPARED_INDEX
 from ..engines import hidden_states as hs_server
@@ -253,7 +253,7 @@ def run_extract(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | 
     t0 = time.monotonic()
     paths = ExtractPaths.of(cfg)
     plan = resolve_layer_plan(cfg)  # before the phase dir is even created
-    samples = cfg.layout.samples  # the datagen phase's output
+    samples = handover.samples(cfg)
     if not samples.is_file() or samples.stat().st_size == 0:
         raise ConfigError(f"phase 'extract' needs phase 1's output {samples}; run the datagen phase first "
                           "(`eagle3 run --only datagen`)")

@@ -39,11 +39,12 @@ from ..engines.serving import client_env
 from ..drafters.formats import LAYER_INPUT, LAYOUT_CONVENTION, PROVENANCE, layout_of
 from ..engines.speculators_cli import train_argv
 from ..errors import CommandFailed, ConfigError, GateError, PipelineError, TrainingStopped
-from ..fsio import atomic_write_json, fsync_dir, read_json
+from ..fsio import atomic_write_json, fsync_dir
 from ..layout import TRAIN_MANIFEST
 from ..progress import PhaseProgress
 from ..process.services import LaunchSpec, Supervisor
 from .train_resume import INTERRUPTED, checkpoint_freq_allows_resume, finished_checkpoint, prepare_resume
+from .. import handover
 from . import PhaseSummary, ProgressFn, train_online
 from .extract_manifest import ExtractManifest, manifest_path, read_extract_manifest
 from .train_log import follow_training, validation_full_acc
@@ -215,8 +216,7 @@ def gate_for_engine(cfg: PipelineConfig, source: Path, engine: str, aux_vllm: li
 
 def data_provenance(ext: ExtractManifest) -> dict:
     """What the drafter learned from: phase 1's sampling (its manifest beside the samples file) and the sizes."""
-    datagen = read_json(Path(ext.source_samples).with_name("manifest.json")) or {}
-    settings = datagen.get("settings") or {}
+    settings = handover.generation_settings(Path(ext.source_samples))
     return {"samples": ext.num_samples, "tokens": ext.total_tokens, "source_samples": ext.source_samples,
             "sampling": settings.get("sampling"), "prompts_sha256": settings.get("prompts_sha256")}
 

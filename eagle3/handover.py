@@ -1,0 +1,52 @@
+"""What one phase hands the next, asked for by what it is: the generated samples (datagen -> extract,
+the bench's held-out split, the drafter's provenance) and the trained drafter (train -> bench, the
+doctor). Where each lives is layout.py's; what a record holds is its producer's record module
+(phases/train_manifest.py). A consumer asks here and never reads another phase's files by name."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .errors import ConfigError
+from .fsio import read_json
+from .layout import DATAGEN_MANIFEST
+from .phases.train_manifest import read_train_manifest
+
+
+def samples(cfg) -> Path:
+    """The generated training samples (JSONL, one conversation per row)."""
+    return cfg.layout.samples
+
+
+def sample_ids(cfg) -> set[str] | None:
+    """The ids of the generated samples (None before data generation wrote any). Read-only and tolerant
+    of a torn last row: a consumer must never modify the producer's files."""
+    try:
+        data = samples(cfg).read_bytes()
+    except FileNotFoundError:
+        return None
+    ids = set()
+    for line in data.split(b"\n"):
+        try:
+            ids.add(str(json.loads(line)["id"]))
+        except (ValueError, KeyError, TypeError):
+            continue
+    return ids
+
+
+def generation_settings(samples_file: Path) -> dict:
+    """The content-deciding settings the samples in `samples_file` were generated with (sampling,
+    prompt set hash); {} when their record is gone."""
+    return (read_json(Path(samples_file).with_name(DATAGEN_MANIFEST)) or {}).get("settings") or {}
+
+
+def trained_drafter(cfg, required: bool = True) -> dict | None:
+    """The train phase's record of the drafter to serve (checkpoint, engine, aux layers, trained or
+    not). Without one: ConfigError naming the fix, or None when not `required`."""
+    try:
+        return read_train_manifest(cfg)
+    except ConfigError:
+        if required:
+            raise
+        return None
