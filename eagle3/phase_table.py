@@ -55,7 +55,7 @@ class Phase:
 
     name: str
     upstream: str | None  # the phase whose output this one consumes (the previous row)
-    run: str  # "module:function" called as function(cfg, sup, on_progress, **options) -> PhaseSummary
+    run: str  # "module:function" called as function(cfg, sup, **options) -> PhaseSummary
     produces: str  # what <run_dir>/<name>/ holds once the phase is done
     settings: str | None = None  # "module:Model": the config section `<name>:` (None: the phase has none)
     outputs: tuple[str, ...] = ()  # under <run_dir>/<name>/, what a done phase still holds ("d/": a non-empty dir)

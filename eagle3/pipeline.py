@@ -13,6 +13,7 @@ redone upstream invalidates everything downstream of it and nothing else.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import logging
@@ -147,7 +148,9 @@ def run_phase(cfg: PipelineConfig, phase: str, sup: Supervisor | None = None, fo
     redid the phase under the same token keeps that fresh output instead of wiping it again.
     `options`: the row's command options that were given, passed to the phase as keywords.
     `upstream`: the fingerprint of the upstream output, where it is not this run dir's (a shard).
-    `body(cfg, sup, on_progress)`: runs instead of the row's function (a fanned-out phase's
+    `on_progress(done, total)`: the phase's progress, for a caller that wants it (every progress goes to
+    the event bus, eagle3.progress, whoever listens).
+    `body(cfg, sup)`: runs instead of the row's function (a fanned-out phase's
     coordinator: its shards, then their merge); the markers are the same."""
     with phase_lock(cfg, phase):
         return _run_locked(cfg, phase, sup, force, on_progress, force_token, options or {}, upstream, body)
@@ -178,7 +181,8 @@ def _run_locked(cfg: PipelineConfig, phase: str, sup: Supervisor | None, force: 
                                  if resuming else "started"))
     log.info("phase %s: starting (%s)", phase, "resuming a previous attempt" if resuming else "fresh")
     try:
-        summary = fn(cfg, sup, on_progress=on_progress, **options)  # the phase contract (eagle3.phase_table.Phase.run)
+        with progress.subscribed(progress.counts(phase, on_progress)) if on_progress else contextlib.nullcontext():
+            summary = fn(cfg, sup, **options)  # the phase contract (eagle3.phase_table.Phase.run)
     except BaseException as e:
         sig = progress.interrupting_signal(e)
         message = progress.INTERRUPTED + sig if sig else progress.error_line(e)

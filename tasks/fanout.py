@@ -112,7 +112,7 @@ def fanned_out(cfg, config_path: str, phase: str, upstream: str | None, force: b
     if not fanned_phases(cfg, [phase]):
         return None
 
-    def body(cfg, sup, on_progress=None):
+    def body(cfg, sup):
         return Coordinator(cfg, config_path, phase, upstream, force, force_token).run()
 
     return body

@@ -15,7 +15,7 @@ from eagle3.pipeline import done_marker, run_phase, supervisor
 SEEN: dict[str, object] = {}
 
 
-def locked_phase(cfg, sup, on_progress=None) -> PhaseSummary:
+def locked_phase(cfg, sup) -> PhaseSummary:
     """Tries the phase lock from inside the body: held by run_phase, so refused."""
     try:
         with phase_lock(cfg, "datagen"):
@@ -28,7 +28,7 @@ def locked_phase(cfg, sup, on_progress=None) -> PhaseSummary:
     return PhaseSummary(out, "one line", {"path": Path("/p"), "n": 1})
 
 
-def dict_phase(cfg, sup, on_progress=None) -> dict:
+def dict_phase(cfg, sup) -> dict:
     return {"n": 1}
 
 

@@ -89,15 +89,16 @@ def test_no_progress_yet_and_stale_progress_are_said():
 
 # ---- the hub -----------------------------------------------------------------------------------
 
-def test_phase_progress_keeps_the_old_callback_and_emits_events():
+def test_phase_progress_emits_events_and_a_callers_on_progress_gets_its_phases_counts():
     calls, seen = [], Collect()
-    with progress.subscribed(seen):
-        report = PhaseProgress("bench", lambda d, t: calls.append((d, t)), unit="windows")
+    with progress.subscribed(seen), progress.subscribed(progress.counts("bench", lambda d, t: calls.append((d, t)))):
+        progress.emit(progress.Event("datagen", PROGRESS, done=1, total=9))  # another phase's: not this caller's
+        report = PhaseProgress("bench", unit="windows")
         report(2, 6, window=3)
         report.step("window 3/6: k=1, concurrency 4")
     assert calls == [(2, 6)]
-    assert [(e.kind, e.done, e.total, e.unit) for e in seen.events] == [(PROGRESS, 2, 6, "windows"), (STEP, None, None, "")]
-    assert seen.events[1].message == "window 3/6: k=1, concurrency 4"
+    assert [(e.kind, e.done, e.total, e.unit) for e in seen.events][1:] == [(PROGRESS, 2, 6, "windows"), (STEP, None, None, "")]
+    assert seen.events[2].message == "window 3/6: k=1, concurrency 4"
 
 
 def test_a_failing_sink_never_fails_the_emitter_nor_the_other_sinks():

@@ -1,6 +1,7 @@
 """The pipeline's phases, each a plain function over the config (no orchestrator imports here).
 
-The phase contract (eagle3.phase_table.Phase.run): `function(cfg, sup, on_progress) -> PhaseSummary`.
+The phase contract (eagle3.phase_table.Phase.run): `function(cfg, sup, **options) -> PhaseSummary`;
+its progress goes to the event bus (eagle3.progress.PhaseProgress), whoever listens.
 eagle3.pipeline.run_phase does the rest once around it: the phase lock, progress start/end, the
 upstream check, the DONE marker and its fingerprint.
 """
@@ -18,7 +19,6 @@ from typing import Any, Iterator
 
 from ..errors import PipelineError
 from ..fsio import file_lock
-from ..progress import ProgressFn  # noqa: F401 - re-exported: what a phase's on_progress is
 
 
 class RunDirBusy(PipelineError):

@@ -53,7 +53,7 @@ from ..fsio import atomic_write_json, read_json
 from ..progress import PhaseProgress
 from ..bench.report import write_report
 from ..process.services import Supervisor
-from . import PhaseSummary, ProgressFn
+from . import PhaseSummary
 
 PHASE = "bench"
 SCHEMA = 1
@@ -115,7 +115,7 @@ def _history_path(paths: BenchPaths, now: datetime) -> Path:
     return path
 
 
-def run_bench(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | None = None) -> PhaseSummary:
+def run_bench(cfg: PipelineConfig, sup: Supervisor) -> PhaseSummary:
     """Run (or finish) the benchmark; returns the summary. Raises GateError (not retryable, with the
     PhaseSummary as `.summary`) when a trained drafter's acceptance length is below
     bench.acceptance_floor, after writing everything."""
@@ -130,7 +130,7 @@ def run_bench(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | No
     probes = _probes(cfg, drafter, prompts, paths)
     plan = [(_label(k, n), k, n) for n in range(1, b.rounds + 1) for k in [0, *b.num_speculative_tokens]]
     total, done = len(plan) * len(b.concurrency) * b.windows, [0]
-    prog = PhaseProgress(PHASE, on_progress, unit="windows")
+    prog = PhaseProgress(PHASE, unit="windows")
     prog(0, total)
 
     def tick(windows: int = 1) -> None:

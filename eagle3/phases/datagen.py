@@ -39,7 +39,7 @@ from ..openai_client import (EndpointConfigError, InvalidResponse, OpenAIClient,
 from ..progress import PhaseProgress
 from ..prompts import Prompt, PromptSet, load_prompts
 from ..process.services import Process, Supervisor
-from . import PhaseSummary, ProgressFn, run_coroutine
+from . import PhaseSummary, run_coroutine
 
 PHASE = "datagen"
 SEED_POLICY = "seed + sha256(id)"  # recorded: per-id seeds keep a resumed row identical to an uninterrupted one
@@ -300,14 +300,14 @@ async def _generate(cfg: PipelineConfig, url: str, todo: list[Prompt], done_befo
                 stats.generation_s = time.monotonic() - t0
 
 
-def run_datagen(cfg: PipelineConfig, sup: Supervisor | None, on_progress: ProgressFn | None = None,
+def run_datagen(cfg: PipelineConfig, sup: Supervisor | None,
                 base_url: str | None = None, shard: tuple[int, int] | None = None) -> PhaseSummary:
     """Generate (or finish generating) the phase's samples; returns the summary (details: the
     DatagenSummary, also written to summary.json).
 
     Without `base_url` the configured engine's server is started under `sup` and always stopped
     before returning, also on error. With `base_url` an already running server is used (sup may be None).
-    `on_progress(done, total)` is called as prompts finish (at most every 0.1 s, and once at the end).
+    Progress (to the event bus) as prompts finish, at most every 0.1 s and once at the end.
     The caller holds the phase lock (eagle3.phases.phase_lock).
     Raises ConfigError (bad prompts, settings differ from the manifest, wrong model/key),
     or a retryable error (server died, endpoint unreachable): a rerun resumes."""
@@ -327,7 +327,7 @@ def run_datagen(cfg: PipelineConfig, sup: Supervisor | None, on_progress: Progre
     done_ids = {row.get("id") for row in recover(paths.samples)} & wanted
     recover(paths.failures)
     todo = [p for p in prompts.prompts if p.id not in done_ids]
-    report = PhaseProgress(PHASE, on_progress, unit="samples")
+    report = PhaseProgress(PHASE, unit="samples")
     progress = _Progress(report, len(prompts.prompts))
     progress(len(done_ids), force=True)
     stats = _Stats()

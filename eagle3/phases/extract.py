@@ -46,7 +46,7 @@ from ..fanout.slices import contiguous
 from ..fsio import atomic_write_json, read_json
 from ..progress import PhaseProgress
 from ..process.services import LaunchSpec, Process, Supervisor, StopOutcome
-from . import PhaseSummary, ProgressFn
+from . import PhaseSummary
 from .extract_disk import (HEADER_BYTES, DiskSpaceError, bytes_per_token, check_disk, estimate_from_samples, exact_estimate)
 from .extract_manifest import (CONVENTION, CONVENTION_NOTE, DTYPE_BYTES, FILE_PATTERN, ExtractManifest, LayerPlan, extraction_dtype, read_extract_manifest, resolve_layer_plan, write_manifest)
 from .extract_progress import HsFileProgress
@@ -242,7 +242,7 @@ def _clean_scan(paths: ExtractPaths, scan: Scan) -> None:
             path.unlink(missing_ok=True)
 
 
-def run_extract(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | None = None,
+def run_extract(cfg: PipelineConfig, sup: Supervisor,
                 shard: tuple[int, int] | None = None) -> PhaseSummary:
     """Extract (or finish extracting) hidden states for phase 1's samples; returns the summary (details:
     the ExtractSummary, also written to summary.json). The caller holds the phase lock. `shard=(index,
@@ -258,7 +258,7 @@ def run_extract(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | 
         raise ConfigError(f"phase 'extract' needs phase 1's output {samples}; run the datagen phase first "
                           "(`eagle3 run --only datagen`)")
     paths.dir.mkdir(parents=True, exist_ok=True)
-    summary = _extract(cfg, sup, paths, plan, samples, PhaseProgress(PHASE, on_progress, unit="samples"), t0, shard)
+    summary = _extract(cfg, sup, paths, plan, samples, PhaseProgress(PHASE, unit="samples"), t0, shard)
     files = (f"{summary.samples} hidden-state files ({summary.kept_files} kept, {summary.new_files} new, "
              f"{summary.redone_files} redone)" if summary.mode == "offline" else
              f"{summary.samples} samples prepared, hidden states {summary.mode} (no files)")

@@ -45,7 +45,7 @@ from ..progress import PhaseProgress
 from ..process.services import LaunchSpec, Supervisor
 from .train_resume import INTERRUPTED, checkpoint_freq_allows_resume, finished_checkpoint, prepare_resume
 from .. import handover
-from . import PhaseSummary, ProgressFn, train_online
+from . import PhaseSummary, train_online
 from .extract_manifest import ExtractManifest, manifest_path, read_extract_manifest
 from .train_log import follow_training, validation_full_acc
 from .train_manifest import MANIFEST_SCHEMA, read_train_manifest
@@ -221,10 +221,10 @@ def data_provenance(ext: ExtractManifest) -> dict:
             "sampling": settings.get("sampling"), "prompts_sha256": settings.get("prompts_sha256")}
 
 
-def run_train(cfg: PipelineConfig, sup: Supervisor, on_progress: ProgressFn | None = None) -> PhaseSummary:
+def run_train(cfg: PipelineConfig, sup: Supervisor) -> PhaseSummary:
     """Train (or resume training) the drafter and gate it for the serving engine; details: the
     manifest written beside the checkpoint."""
-    prog = PhaseProgress(PHASE, on_progress, unit="epochs")
+    prog = PhaseProgress(PHASE, unit="epochs")
     paths = TrainPaths.of(cfg)
     ext = read_extract_manifest(cfg)
     dry = use_dry_run(cfg)

@@ -42,7 +42,7 @@ class Event:
 
 
 Sink = Callable[[Event], None]
-ProgressFn = Callable[[int, int], None]  # a phase's on_progress(done, total)
+ProgressFn = Callable[[int, int], None]  # on_progress(done, total): one phase's progress, for a caller
 _sinks: list[Sink] = []
 _lock = threading.RLock()
 
@@ -67,6 +67,14 @@ def subscribed(sink: Sink) -> Iterator[Sink]:
         with _lock:
             if sink in _sinks:
                 _sinks.remove(sink)
+
+
+def counts(phase: str, on_progress: ProgressFn) -> Sink:
+    """A sink that hands `phase`'s progress events to on_progress(done, total)."""
+    def sink(event: Event) -> None:
+        if event.phase == phase and event.kind == PROGRESS and event.done is not None and event.total is not None:
+            on_progress(event.done, event.total)
+    return sink
 
 
 def watched_by(kind: type) -> bool:
@@ -109,15 +117,12 @@ def error_line(exc: BaseException) -> str:
 
 
 class PhaseProgress:
-    """What a phase reports through. Called like the old on_progress(done, total), plus details;
-    the caller's own on_progress(done, total) still gets exactly what it got before."""
+    """What a phase reports through: progress(done, total, **details) emits one PROGRESS event."""
 
-    def __init__(self, phase: str, on_progress: ProgressFn | None = None, unit: str = ""):
-        self.phase, self.on_progress, self.unit = phase, on_progress, unit
+    def __init__(self, phase: str, unit: str = ""):
+        self.phase, self.unit = phase, unit
 
     def __call__(self, done: int, total: int, **detail) -> None:
-        if self.on_progress is not None:
-            self.on_progress(done, total)
         emit(Event(self.phase, PROGRESS, done=done, total=total, unit=self.unit, detail=detail))
 
     def step(self, message: str, **detail) -> None:

@@ -117,7 +117,7 @@ def _count(cfg, phase: str) -> int:
     return len((d / phase).read_text().splitlines())
 
 
-def _phase(phase: str, cfg, sup, on_progress=None) -> PhaseSummary:
+def _phase(phase: str, cfg, sup) -> PhaseSummary:
     n = _count(cfg, phase)
     knobs = _knobs(cfg)
     out = cfg.phase_dir(phase)
@@ -150,7 +150,7 @@ def _phase(phase: str, cfg, sup, on_progress=None) -> PhaseSummary:
         (out / "service.json").write_text(json.dumps({"pid": proc.pid, "start_ticks": proc.entry.start_ticks}))
     if knobs.get("sleep", {}).get(phase):
         time.sleep(float(knobs["sleep"][phase]))
-    tick = PhaseProgress(phase, on_progress, unit="items")
+    tick = PhaseProgress(phase, unit="items")
     ticks, every = knobs.get("ticks", {}).get(phase, (1, 0.0))
     for i in range(1, int(ticks) + 1):
         time.sleep(float(every))
@@ -171,20 +171,20 @@ def _bench_report(cfg, out: Path, regression: bool) -> dict:
             "table": results["table"], "gate": results["gate"]["status"], "trained": regression}
 
 
-def datagen(cfg, sup, on_progress=None, shard=None):
-    return _phase("datagen", cfg, sup, on_progress)
+def datagen(cfg, sup, shard=None):
+    return _phase("datagen", cfg, sup)
 
 
-def extract(cfg, sup, on_progress=None, shard=None):
-    return _phase("extract", cfg, sup, on_progress)
+def extract(cfg, sup, shard=None):
+    return _phase("extract", cfg, sup)
 
 
-def train(cfg, sup, on_progress=None, shard=None):
-    return _phase("train", cfg, sup, on_progress)
+def train(cfg, sup, shard=None):
+    return _phase("train", cfg, sup)
 
 
-def bench(cfg, sup, on_progress=None, shard=None):
-    return _phase("bench", cfg, sup, on_progress)
+def bench(cfg, sup, shard=None):
+    return _phase("bench", cfg, sup)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ class Settings(PhaseSettings):
     algorithm: Literal["sha256", "blake2b"] = Field("sha256", description="The digest's hash.")
 
 
-def digest(cfg, sup, on_progress=None) -> PhaseSummary:
+def digest(cfg, sup) -> PhaseSummary:
     s: Settings = cfg.digest
     source = cfg.phase_dir("bench")
     out = cfg.phase_dir(NAME)
@@ -51,7 +51,7 @@ def digest(cfg, sup, on_progress=None) -> PhaseSummary:
         data = r.read()
     value = hashlib.new(s.algorithm, data).hexdigest()
     (out / "digest.txt").write_text(value + "\n")
-    PhaseProgress(NAME, on_progress, unit="files")(1, 1)
+    PhaseProgress(NAME, unit="files")(1, 1)
     return PhaseSummary(str(out / "digest.txt"), f"{s.algorithm} {value[:12]} of {source / 'output.txt'}",
                         {"digest": value, "algorithm": s.algorithm, "of": str(source / "output.txt"),
                          "server_pid": proc.pid})

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from eagle3.progress import counts, subscribed
 from eagle3.bench.stats import LIKELY_CAUSES, best_k, evaluate_gate, gate_error_text, table
 from eagle3.engines import benchclient
 from eagle3.engines.metrics import SpecCounters, acceptance
@@ -211,7 +212,8 @@ def constant_run(tiny_constant_model, constant_drafter, tmp_path_factory):
     sup = supervisor(cfg)
     progress = []
     t0 = time.monotonic()
-    summary = run_bench(cfg, sup, on_progress=lambda d, t: progress.append((d, t)))
+    with subscribed(counts("bench", lambda d, t: progress.append((d, t)))):
+        summary = run_bench(cfg, sup)
     print(f"bench phase (3 servers, 6 client runs): {time.monotonic() - t0:.0f} s")
     assert not sup.registry.entries(), "the phase left a registered process behind"
     return cfg, summary, progress

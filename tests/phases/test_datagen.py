@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from eagle3.progress import counts, subscribed
 from eagle3.errors import ConfigError, GateError
 from eagle3.phases import phase_lock
 from eagle3.phases.datagen import DatagenPaths, run_datagen
@@ -100,7 +101,8 @@ def test_64_samples_each_id_once_with_tokens_manifest_summary(vllm_server, make_
     cfg = make_config()
     assert cfg.datagen.max_samples == 64
     calls: list[tuple[int, int]] = []
-    summary = run_datagen(cfg, None, on_progress=lambda d, t: calls.append((d, t)), base_url=vllm_server.base_url)
+    with subscribed(counts("datagen", lambda d, t: calls.append((d, t)))):
+        summary = run_datagen(cfg, None, base_url=vllm_server.base_url)
     paths = DatagenPaths.of(cfg)
 
     out = assert_exactly_once(cfg, paths.samples)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from eagle3.progress import counts, subscribed
 from eagle3.process import procfs
 from eagle3.errors import ConfigError
 from eagle3.phases.extract import ExtractPaths, run_extract, stop_leftovers
@@ -238,7 +239,8 @@ def test_extract_kill_resume_and_repair(extract_config, tmp_path):
     progress: list[tuple[int, int]] = []
     t1 = time.monotonic()
     try:
-        summary = run_extract(cfg, sup, on_progress=lambda d, t: progress.append((d, t)))
+        with subscribed(counts("extract", lambda d, t: progress.append((d, t)))):
+            summary = run_extract(cfg, sup)
     finally:
         sup.stop_all()
     run2_s = time.monotonic() - t1

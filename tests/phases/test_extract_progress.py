@@ -14,8 +14,8 @@ def test_watcher_reports_files_bytes_and_free_space(tmp_path):
     hs.mkdir()
     (hs / "hs_0.safetensors").write_bytes(b"x" * 1000)  # kept from an earlier run: counts from the start
     events, calls = [], []
-    with progress.subscribed(events.append):
-        with HsFileProgress(hs, 4, PhaseProgress("extract", lambda d, t: calls.append((d, t)), unit="samples"),
+    with progress.subscribed(events.append), progress.subscribed(progress.counts("extract", lambda d, t: calls.append((d, t)))):
+        with HsFileProgress(hs, 4, PhaseProgress("extract", unit="samples"),
                               expected_bytes=4000):
             for i in (1, 2):
                 (hs / f"hs_{i}.safetensors").write_bytes(b"x" * 1000)
@@ -27,4 +27,4 @@ def test_watcher_reports_files_bytes_and_free_space(tmp_path):
     assert (last.done, last.total, last.unit) == (3, 4, "samples")
     assert last.detail["bytes_written"] == 3000 and last.detail["bytes_expected"] == 4000
     assert 0 < last.detail["disk_free"] <= shutil.disk_usage(hs).total
-    assert calls[0] == (1, 4) and calls[-1] == (3, 4)  # the caller's own on_progress, unchanged
+    assert calls[0] == (1, 4) and calls[-1] == (3, 4)  # a caller's on_progress(done, total) gets the same

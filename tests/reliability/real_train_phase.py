@@ -9,9 +9,9 @@ from eagle3.phase_table import with_runs
 from eagle3.phases import train as phase
 
 
-def train(cfg, sup, on_progress=None):
+def train(cfg, sup):
     phase.use_dry_run = lambda cfg: False
-    return phase.run_train(cfg, sup, on_progress)
+    return phase.run_train(cfg, sup)
 
 
 TABLE = with_runs({"train": "real_train_phase:train"})

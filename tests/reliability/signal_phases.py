@@ -23,7 +23,7 @@ while True: time.sleep(1)
 """
 
 
-def datagen(cfg, sup, on_progress=None):
+def datagen(cfg, sup):
     out = cfg.phase_dir("datagen")
     out.mkdir(parents=True, exist_ok=True)
     proc = sup.launch(LaunchSpec(name="datagen-standin-server", argv=[sys.executable, "-c", SERVICE],

@@ -127,7 +127,7 @@ def mark_done(cfg, phase: str) -> None:
         run_phase(cfg, phase)
 
 
-def _report_output(cfg, sup, on_progress=None):
+def _report_output(cfg, sup):
     from eagle3.phases import PhaseSummary
 
     return PhaseSummary(str(cfg.run_dir), "output written by the test", {})

@@ -19,6 +19,7 @@ import pytest
 import yaml
 from pydantic import BaseModel, SecretStr, ValidationError
 
+from eagle3.progress import counts, subscribed
 from eagle3.process import procfs
 from eagle3.config import Server, config_model, load_config
 from eagle3.engines import benchclient, speculators_cli as speculators
@@ -326,7 +327,8 @@ def test_api_key_is_enforced_and_never_written_under_run_dir(tiny_model, make_co
         seen["argv"] = [procfs.cmdline(p.pid) for p in procfs.group_members(entry.pgid)]
         seen["registry"] = (state_dir_for(cfg.run_dir) / "services.json").read_text()
 
-    summary = run_datagen(cfg, sup, on_progress=while_serving)
+    with subscribed(counts("datagen", while_serving)):
+        summary = run_datagen(cfg, sup)
     assert summary.details["samples"] == 4 and summary.details["complete"]
     assert seen and (seen["no key"], seen["wrong key"], seen["chat without key"]) == (401, 401, 401)
     assert seen["right key"] == 200
