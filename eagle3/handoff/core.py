@@ -183,9 +183,18 @@ def _stop_services(step: _Steps, report: HandoffReport, sup: Supervisor, ownersh
         report.services = [asdict(o) | {"clean": o.clean} for o in outcomes]
         for o in outcomes:
             report.stuck += [_stuck(t["pid"], t["describe"], f"service {o.name} (group {o.pgid})") for t in o.stuck]
-        report.ended += _ended(report, _end_marked(ownership, sup.registry.entries(), settings.grace_s,
-                                                   _stuck_pids(report)))
-        rec["detail"] = f"{len(outcomes)} registered, {len(report.ended)} other marked process(es)"
+        report.ended += _members_ended(outcomes)
+        marked = _ended(report, _end_marked(ownership, sup.registry.entries(), settings.grace_s, _stuck_pids(report)))
+        report.ended += marked
+        rec["detail"] = f"{len(outcomes)} registered, {len(marked)} other marked process(es)"
+
+
+def _members_ended(outcomes) -> list[dict]:
+    """The processes of the services stopped, as ended-process records (`service` names their service)."""
+    return [{"pid": m["pid"], "cmd": m.get("comm", ""), "reason": f"service {o.name} (group {o.pgid})",
+             "service": o.name, "signal": o.signal, "seconds": o.seconds, "state": "",
+             "outcome": "survived SIGKILL" if m["pid"] in o.survivors else "exited"}
+            for o in outcomes if o.signal in ("SIGTERM", "SIGKILL") for m in o.members]
 
 
 class _Nvml:

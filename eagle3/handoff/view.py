@@ -25,7 +25,7 @@ def summary_line(report) -> str:
     """One line for a terminal or log: the verdict, what was ended, and where the report is."""
     r = _d(report)
     ended = [f"{s['name']} (group {s['pgid']}, {s['signal']})" for s in r["services"] if s.get("members")]
-    ended += [f"PID {e['pid']}" for e in r["ended"]]
+    ended += [f"PID {e['pid']}" for e in r["ended"] if not e.get("service")]  # a service's members: named above
     removed = len((r["shm"] or {}).get("removed", [])) + len((r["pycache"] or {}).get("removed", []))
     parts = [f"handoff {r['label']}: {'GPUs free' if r['ok'] else 'BLOCKED'} in {r['seconds']:.2f} s"]
     parts.append(f"ended {', '.join(ended)}" if ended else "nothing left to end")
@@ -81,10 +81,7 @@ def renderable(report) -> Group:
 
 
 def _ended_rows(r: dict) -> list[tuple]:
-    rows = [("service " + s["name"], m["pid"], m.get("comm", ""), s["signal"],
-             "survived" if m["pid"] in s["survivors"] else "gone", f"{s['seconds']:.3f}")
-            for s in r["services"] for m in s["members"]]
-    rows += [(e["reason"], e["pid"], e["cmd"], e["signal"], e["outcome"], f"{e['seconds']:.3f}") for e in r["ended"]]
+    rows = [(e["reason"], e["pid"], e["cmd"], e["signal"], e["outcome"], f"{e['seconds']:.3f}") for e in r["ended"]]
     rows += [("service " + s["name"], "-", "", "skipped", s["note"], "0") for s in r["services"]
              if s["signal"] == "skipped"]
     return rows
@@ -120,8 +117,7 @@ def to_markdown(report) -> str:
         lines += [f"| {g['gpu']} | {g['uuid']} | {g['used_mib']:.0f} | {g['reserved_mib']:.0f} | {g['free_mib']:.0f} "
                   f"| {g['util_%']} |" for g in gpu_rows(r)]
         lines.append("")
-    ended = [(m["pid"], m.get("comm", ""), s["signal"]) for s in r["services"] for m in s["members"]]
-    ended += [(e["pid"], e["cmd"], f"{e['signal']} -> {e['outcome']}") for e in r["ended"]]
+    ended = [(e["pid"], e["cmd"], f"{e['signal']} -> {e['outcome']}") for e in r["ended"]]
     if ended:
         lines += ["| PID | command | signal |", "|---|---|---|"]
         lines += [f"| {pid} | `{cmd}` | {sig} |" for pid, cmd, sig in ended]

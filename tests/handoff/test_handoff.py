@@ -66,6 +66,9 @@ def test_owned_service_holding_a_gpu_is_ended_and_gpus_proven_free(env):
     report = env.handoff()
     assert report.ok and gone(proc.pid)
     assert report.services[0]["signal"] == "SIGTERM" and report.services[0]["clean"]
+    # `ended` lists what the handoff ended, a service's processes included.
+    assert [(e["pid"], e["reason"], e["signal"], e["outcome"]) for e in report.ended] == \
+        [(proc.pid, f"service svc (group {proc.pid})", "SIGTERM", "exited")]
     assert [g["used_mib"] for g in report.gpus] == [0, 0]
     assert report.gpu_check.startswith("verified")
     assert {s["name"] for s in report.steps} >= {"services", "/dev/shm", "__pycache__", "verify"}
@@ -174,7 +177,10 @@ def test_service_that_survives_sigkill_is_named_with_its_state_and_the_gpu_it_pi
     report = err.value.report
     [stuck] = report.stuck
     assert stuck["pid"] == proc.pid and stuck["gpus"] == [0] and "wchan " in stuck["state"]
-    assert report.services[0]["stuck"][0]["state"] == "D" and report.ended == []  # not signalled a second time
+    assert report.services[0]["stuck"][0]["state"] == "D"
+    # Ended once, as its service's member (SIGTERM, then SIGKILL), and not signalled a second time.
+    assert [(e["pid"], e["service"], e["signal"], e["outcome"]) for e in report.ended] == \
+        [(proc.pid, "svc", "SIGKILL", "survived SIGKILL")]
     assert "Survived SIGKILL" in to_text(report) and procfs.alive(proc.pid)
     freezer.thaw()  # the pending SIGKILL ends it; the GPU is free again
     wait_until(lambda: proc.poll() is not None, what="thawed service exits")
