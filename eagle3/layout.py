@@ -150,6 +150,10 @@ class RunLayout:
     def shard_run_dir(self, phase: str, index: int, count: int) -> Path:
         return self.root / "shards" / phase / f"{index}-of-{count}"
 
+    def shard_run_dirs(self) -> list[Path]:
+        """Every shard run dir there is, by phase and index."""
+        return sorted(p for p in (self.root / "shards").glob("*/*-of-*") if p.is_dir())
+
     @property
     def handoffs(self) -> Path:
         return self.root / "handoffs"

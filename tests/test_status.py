@@ -22,7 +22,7 @@ from eagle3.errors import GateError
 from eagle3.pipeline import supervisor
 from eagle3.progress import END, PROGRESS, START, Event
 from eagle3.run.record import recording, run_file
-from eagle3.process.services import LaunchSpec
+from eagle3.process.services import LaunchSpec, Supervisor, state_dir_for
 from tests.procutil import PY, SLEEP
 
 EAGLE3 = str(Path(sys.executable).parent / "eagle3")
@@ -95,6 +95,24 @@ def test_a_run_in_progress_then_failed(tmp_path, make_config):
     assert row(out, "datagen").startswith("FAILED in ")
     s = status_json(config)
     assert (s["status"], s["failed_phase"], s["services"], s["lease"]) == ("failed", "datagen", [], None)
+
+
+def test_the_services_of_a_fanned_out_phases_shards_are_listed_with_their_shard(tmp_path, make_config):
+    """A shard is a run dir of its own (shards/<phase>/<i>-of-<n>/): its server is registered there, not
+    in the run's registry, and `eagle3 status` of the run lists it."""
+    cfg = make_config(check_files=False)
+    config = tmp_path / "config.yaml"  # not yet run: the config names the run dir
+    shard_sup = Supervisor(state_dir_for(cfg.layout.shard_run_dir("extract", 1, 2)))
+    proc = shard_sup.launch(LaunchSpec(name="extract-vllm-server", argv=[PY, "-c", SLEEP], phase="extract",
+                                       log=cfg.layout.shard_run_dir("extract", 1, 2) / "extract" / "logs" / "s.log"))
+    try:
+        out = status(config).stdout
+        assert row(out, "service").startswith(f"extract shard 1-of-2: extract-vllm-server PID {proc.pid} alive, ")
+        [svc] = status_json(config)["services"]
+        assert (svc["shard"], svc["pid"], svc["state"]) == ("extract shard 1-of-2", proc.pid, "alive")
+    finally:
+        proc.stop(1)
+    assert row(status(config).stdout, "services") == "none registered"  # a stop unregisters the shard's server
 
 
 def test_a_preflight_refusal_names_the_step_and_its_first_cause(tmp_path, make_config):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import time
 from datetime import datetime
 from pathlib import Path
@@ -52,14 +53,28 @@ def _process_state(pid: int | None, start_ticks: int | None) -> str:
 
 
 def _services(run_dir: Path, now: float) -> list[dict]:
-    out = []
-    for raw in read_json(RunLayout(run_dir).registry, default=[]):
-        e = Entry(**raw)
-        ours = e.is_leader_alive_and_ours()
-        out.append({"name": e.name, "phase": e.phase, "pid": e.pid, "gpus": e.gpus, "log": e.log,
-                    "uptime_s": round(now - e.started_at, 1) if e.started_at else None,
-                    "state": {True: "alive", False: "gone (PID reused by another process)", None: "gone"}[ours]})
+    """The run's registered services, then those of its fanned-out shards (each shard is a run dir of its
+    own under shards/; a shard on another host is named with its host, its PIDs not checked from here)."""
+    out = [_service(e, now) for e in _entries(run_dir)]
+    for shard_dir in RunLayout(run_dir).shard_run_dirs():
+        host = (lease.lease_holder(shard_dir) or {}).get("host")
+        elsewhere = host if host and host != socket.gethostname() else None
+        shard = f"{shard_dir.parent.name} shard {shard_dir.name}"
+        out += [_service(e, now, shard, elsewhere) for e in _entries(shard_dir)]
     return out
+
+
+def _entries(run_dir: Path) -> list[Entry]:
+    return [Entry(**raw) for raw in read_json(RunLayout(run_dir).registry, default=[])]
+
+
+def _service(e: Entry, now: float, shard: str | None = None, host: str | None = None) -> dict:
+    if host:
+        state = f"on host {host} (not checked from here)"
+    else:
+        state = {True: "alive", False: "gone (PID reused by another process)", None: "gone"}[e.is_leader_alive_and_ours()]
+    return {"name": e.name, "phase": e.phase, "shard": shard, "pid": e.pid, "gpus": e.gpus, "log": e.log,
+            "uptime_s": round(now - e.started_at, 1) if e.started_at else None, "state": state}
 
 
 def _last_handoff(run_dir: Path) -> dict | None:
@@ -208,7 +223,7 @@ def render(s: dict) -> str:
         rows += [("", line) for line in s.get("shards", {}).get(p, [])]
     for svc in s["services"] or [None]:
         rows.append(("services", "none registered") if svc is None else (
-            "service", f"{svc['name']} PID {svc['pid']} {svc['state']}, GPUs {svc['gpus'] or '-'}, "
+            "service", f"{svc['shard'] + ': ' if svc.get('shard') else ''}{svc['name']} PID {svc['pid']} {svc['state']}, GPUs {svc['gpus'] or '-'}, "
                        f"up {fmt_duration(svc['uptime_s'])}, log {svc['log']}"))
     rows += [("server start", start_line(start)) for start in s.get("server_starts") or []]
     h = s["last_handoff"]
