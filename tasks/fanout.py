@@ -32,6 +32,7 @@ from eagle3.errors import ConfigError, PipelineError
 from eagle3.fanout import ledger
 from eagle3.fanout.node import shard_config
 from eagle3.fanout.slices import Shard
+from eagle3.pipeline import is_done
 
 REPO = Path(__file__).resolve().parent.parent
 SHARD_FLOW = "eagle3-shard"
@@ -180,9 +181,17 @@ class Coordinator:
         if state.type == StateType.COMPLETED:
             return "done"
         if state.type in _FAILED:
-            a.cause = state.message or state.name
-            if a.cause.startswith(NOT_RETRYABLE):
-                raise ShardFailed(f"{a.shard.label} failed on pool {a.pool}{self._on(a)}: {a.cause[len(NOT_RETRYABLE):]}")
+            said = state.message or state.name
+            if said.startswith(NOT_RETRYABLE):
+                raise ShardFailed(f"{a.shard.label} failed on pool {a.pool}{self._on(a)}: {said[len(NOT_RETRYABLE):]}")
+            if is_done(shard_config(self.cfg, a.shard), self.phase, self.params["upstream"]):
+                # Its process died after the phase had finished (a worker lost at the end): the output is
+                # complete and verified (its done marker for this upstream, every output present).
+                a.cause = f"its flow run ended {state.name} ({said}) after its output was complete and verified"
+                a.state = f"Completed (verified after its run ended {state.name})"
+                self.log.warning("%s: %s; counted as done", a.shard.label, a.cause)
+                return "done"
+            a.cause = self._cause(client, a, state, said)
             return "failed"
         now = time.time()
         a.running_since = a.running_since or now
@@ -194,6 +203,13 @@ class Coordinator:
             a.state = "lost"
             return "failed"
         return "running"
+
+    def _cause(self, client, a: Attempt, state, said: str) -> str:
+        """The real cause of a failed attempt: the phase's own error as the shard recorded it, else (a
+        crash: Prefect's wording names no cause) the loss of its pool's worker, when it has none online."""
+        if state.type == StateType.CRASHED and not self._online(client, a.pool):
+            return f"the worker of pool {a.pool}{self._on(a)} is gone (Prefect: {said})"
+        return said
 
     def _waiting(self, client, a: Attempt) -> str:
         """'running' while a shard may wait; 'move:POOL' once it waited past fanout.start_timeout_s on a

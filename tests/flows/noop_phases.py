@@ -14,6 +14,8 @@ Per-run-dir knobs in <run_dir>/knobs.json change behaviour:
    "service": ["extract"],                launch a supervised `sleep 600` first (ended with the phase)
    "edit_yaml": {"datagen": [PATH, {"train": {"epochs": 7}}]},  on its first call, merge the mapping into the
                                           YAML at PATH (an operator's edit while the run goes on)
+   "die_after_done": ["datagen"],         once the phase's done marker is written, its process exits at once
+                                          (code 3): a worker lost just after its shard finished
    "bench_report": true}                  bench writes a real report, plot and results (synthetic numbers)
                                           and returns the summary the real phase returns; with
                                           fail_once bench "gate" it fails like a regression, summary attached
@@ -24,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -150,6 +153,8 @@ def _phase(phase: str, cfg, sup) -> PhaseSummary:
         (out / "service.json").write_text(json.dumps({"pid": proc.pid, "start_ticks": proc.entry.start_ticks}))
     if knobs.get("sleep", {}).get(phase):
         time.sleep(float(knobs["sleep"][phase]))
+    if phase in knobs.get("die_after_done", []):
+        threading.Thread(target=_exit_once_done, args=(cfg.layout.done_marker(phase),), daemon=True).start()
     tick = PhaseProgress(phase, unit="items")
     ticks, every = knobs.get("ticks", {}).get(phase, (1, 0.0))
     for i in range(1, int(ticks) + 1):
@@ -158,6 +163,12 @@ def _phase(phase: str, cfg, sup) -> PhaseSummary:
     (out / "output.txt").write_text(f"{phase} output of call {n} (pid {os.getpid()})\n")
     output = str(out / "output.txt")
     return PhaseSummary(output, f"{phase} call {n}", {"calls": n, "output": output, **(report or {})})
+
+
+def _exit_once_done(marker: Path) -> None:
+    while not marker.exists():
+        time.sleep(0.005)
+    os._exit(3)
 
 
 def _bench_report(cfg, out: Path, regression: bool) -> dict:

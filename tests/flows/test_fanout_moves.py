@@ -88,5 +88,19 @@ def test_a_shard_whose_pool_has_no_worker_moves_and_a_dead_pool_is_named_at_once
         assert f"pool {POOLS['gone']} has no online worker" in " ".join(out.split()), out[-3000:]
         shards = _ledger(run_dir)
         assert [(e["pool"], e["attempt"], e["earlier"]) for e in shards] == [(POOLS["A"], 1, [])] * 2, shards
+
+        # Shard 0's process dies the moment its done marker is written (as when its worker is lost at the
+        # end): Prefect calls the run Crashed, yet the shard's output is complete and verified, so it counts
+        # as done, with the real story as its cause, and is not run again.
+        shard0 = RunLayout(run_dir).shard_run_dir("datagen", 0, 2)
+        (shard0 / "knobs.json").write_text(json.dumps({"die_after_done": ["datagen"]}))
+        rerun = _coordinate(str(path), env, "--force", "datagen")
+        out, _ = rerun.communicate(timeout=300)
+        assert rerun.returncode == 0, out[-4000:]
+        first = _ledger(run_dir)[0]
+        assert first["attempt"] == 1 and first["state"] == "Completed (verified after its run ended Crashed)", first
+        assert "after its output was complete and verified" in first["cause"], first
+        assert len((shard0 / "counts" / "datagen").read_text().splitlines()) == 3, "three forced runs, no retry"
+        assert (run_dir / "datagen" / "output.txt").read_text().count("datagen output") == 2
     finally:
         stop_groups(workers, WORKER_STOP)
