@@ -34,12 +34,14 @@ def engine_probe(cfg: PipelineConfig, sup: Supervisor, engine: str, script: str,
     env = getattr(cfg.engines, engine)
     key_src = json.dumps([env.python_argv(), env.env, script, args,
                           _mtime(env.python), (cfg.target.model / "config.json").read_text()], default=str)
-    key = hashlib.sha256(key_src.encode()).hexdigest()[:16]
+    # An install into the engine's venv changes its site-packages, not its interpreter: part of the key
+    # for the run dir's cache too, or a rerun after `pip install -U vllm` would read the old answer.
+    site = _site_packages_stamp(env.python)
+    key = hashlib.sha256((key_src + (site or "")).encode()).hexdigest()[:16]
     cache_path = cfg.layout.doctor_cache
     cache = read_json(cache_path, default={})
     if key in cache:
         return cache[key]
-    site = _site_packages_stamp(env.python)
     user_key = hashlib.sha256((key_src + site).encode()).hexdigest()[:24] if site else None
     user_cache = _user_cache() if user_key else None
     if user_cache is not None and user_key in user_cache[1]:

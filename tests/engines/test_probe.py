@@ -35,3 +35,49 @@ def test_a_user_cache_others_can_write_is_not_trusted(make_config, tmp_path, mon
     users.chmod(0o666)
     _, ran = _ask(make_config, tmp_path, "b")
     assert ran, "the probe must run again rather than read a file another user could have written"
+
+
+def _fake_venv(root):
+    """A venv of its own (pyvenv.cfg, bin/python, an empty site-packages) on this interpreter: the probe
+    script it runs (engine_versions.py) needs nothing installed."""
+    import os
+    import sys
+    import sysconfig
+
+    (root / "bin").mkdir(parents=True)
+    (root / "bin" / "python").symlink_to(os.path.realpath(sys.executable))
+    (root / "pyvenv.cfg").write_text(f"home = {os.path.dirname(os.path.realpath(sys.executable))}\n")
+    site = root / "lib" / f"python{sysconfig.get_python_version()}" / "site-packages"
+    site.mkdir(parents=True)
+    return root / "bin" / "python", site
+
+
+def test_a_rerun_reuses_the_answer_until_the_venv_the_target_or_the_engine_env_changes(make_config, tmp_path,
+                                                                                         monkeypatch):
+    """Issue 39: a rerun in the same run dir asks the engine nothing again; an install into the engine's
+    venv, another target config or another engine env makes it ask again."""
+    import json
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    python, site = _fake_venv(tmp_path / "venv")
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama"}))
+
+    def ask(env_vars: dict | None = None) -> bool:
+        cfg = make_config({"target": {"model": str(model)},
+                           "engines": {"speculators": {"python": str(python), "env": env_vars or {}}}},
+                          run_dir=tmp_path / "run", check_files=False)
+        log = cfg.layout.doctor / "speculators-engine_versions.log"
+        log.unlink(missing_ok=True)
+        answer = probe.engine_probe(cfg, Supervisor(cfg.layout.state), "speculators", "engine_versions.py")
+        assert "versions" in answer, answer
+        return log.exists()
+
+    assert ask() and not ask(), "asked once, then the run dir's answer"
+    (site / "newly_installed_pkg").mkdir()  # what `pip install` into the engine's venv does to site-packages
+    assert ask() and not ask()
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 4096}))
+    assert ask() and not ask()
+    assert ask({"TOKENIZERS_PARALLELISM": "false"}) and not ask({"TOKENIZERS_PARALLELISM": "false"})
