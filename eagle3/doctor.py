@@ -8,10 +8,13 @@ answers are cached per (engine interpreter, target config) in the run dir.
 from __future__ import annotations
 
 import json
+import logging
 import os
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Callable
 
 from . import handover, phase_table, progress
 from .config import PipelineConfig, default_aux_layer_ids, num_hidden_layers, remote_binds
@@ -21,6 +24,8 @@ from .fsio import atomic_write_json, read_json
 from .engines import engine_registry, trainer_compat
 from .engines.probe import import_errors, inspect_engine
 from .process.services import Supervisor
+
+log = logging.getLogger("eagle3.doctor")
 
 PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
 
@@ -325,6 +330,38 @@ def _gb(n: float) -> str:
 
 # ---- entry point ------------------------------------------------------------------------------
 
+def engine_checks(cfg: PipelineConfig, sup: Supervisor) -> list[tuple[Callable, tuple]]:
+    """The checks that ask the engines, in their own environments (seconds each; the answers are cached
+    per run dir and per user, eagle3/engines/probe.py)."""
+    out: list[tuple[Callable, tuple]] = []
+    for engine in sorted({engine for _, _, engine in phase_table.servers(cfg)}):  # each serving phase's engine
+        if getattr(cfg.engines, engine) is None:
+            continue
+        if engine_registry.get(engine).inspected:
+            out += [(check_engine_env, (cfg, sup, engine)), (check_target_support, (cfg, sup, engine))]
+        else:
+            out.append((uninspected_engine, (engine,)))
+    return out + [(check_load_generator, (cfg, sup)), (check_trainer, (cfg, sup))]
+
+
+def warm_engine_probes(cfg: PipelineConfig) -> threading.Thread:
+    """Ask the engines the preflight's questions now, in a thread: `eagle3 run` does it while the run's
+    Prefect server starts, so the preflight that follows reads cached answers instead of waiting for
+    them. Its own supervisor (the caller's is busy starting that server); errors are the preflight's to
+    report, so none is raised here."""
+    def ask() -> None:
+        sup = Supervisor(cfg.layout.state)
+        for fn, args in engine_checks(cfg, sup):
+            try:
+                fn(*args)
+            except Exception as e:  # noqa: BLE001 - the preflight asks again and reports it
+                log.debug("probe warm-up: %s: %s", fn.__name__, e)
+
+    thread = threading.Thread(target=ask, name="eagle3-probe-warmup", daemon=True)
+    thread.start()
+    return thread
+
+
 def run_doctor(cfg: PipelineConfig, sup: Supervisor | None = None, engines: bool = True) -> list[Check]:
     sup = sup or Supervisor(cfg.layout.state)
     checks: list[Check] = []
@@ -346,18 +383,8 @@ def run_doctor(cfg: PipelineConfig, sup: Supervisor | None = None, engines: bool
     timed(check_disk, cfg)
     timed(check_aux_layers, cfg)
     timed(check_network_exposure, cfg)
-    if engines:
-        used = {engine for _, _, engine in phase_table.servers(cfg)}  # each serving phase's engine
-        for engine in sorted(used):
-            if getattr(cfg.engines, engine) is None:
-                continue
-            if engine_registry.get(engine).inspected:
-                timed(check_engine_env, cfg, sup, engine)
-                timed(check_target_support, cfg, sup, engine)
-            else:
-                timed(uninspected_engine, engine)
-        timed(check_load_generator, cfg, sup)
-        timed(check_trainer, cfg, sup)
+    for fn, args in engine_checks(cfg, sup) if engines else ():
+        timed(fn, *args)
     timed(check_drafter, cfg)
     atomic_write_json(cfg.layout.doctor / "report.json", [asdict(c) for c in checks])
     counts = {s: sum(1 for c in checks if c.status == s) for s in (PASS, WARN, FAIL)}

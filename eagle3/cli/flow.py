@@ -35,6 +35,7 @@ def run(config: Path = ConfigArg,
         fail("--only and --from cannot be combined; pick one")
     cfg = load_cfg(config)
     prefect_defaults()
+    from ..doctor import warm_engine_probes
     from ..pipeline import supervisor
     from ..progress.display import progress_display
 
@@ -62,7 +63,11 @@ def run(config: Path = ConfigArg,
 
             with progress_display():  # live on a terminal, a line at least every 30 s otherwise
                 recover(cfg, sup)
+                # The preflight's engine probes, asked while the run's Prefect server starts (both take seconds).
+                warming = warm_engine_probes(cfg) if doctor else None
                 stack.enter_context(api_server(sup, cfg.layout.logs))
+                if warming is not None:
+                    warming.join()
                 state = eagle3_pipeline(config_path=str(config.resolve()), only=only, from_=from_, force=list(force),
                                         doctor=doctor, return_state=True)
         except KeyboardInterrupt:

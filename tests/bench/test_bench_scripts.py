@@ -20,7 +20,7 @@ from tests.conftest import REPO
 pytestmark = pytest.mark.timeout(600)
 SMOKED = {"datagen_vs_vllm_bench.py", "datagen_client_split.py", "handoff_bench.py", "devfile_probe.py", "flow_overhead_bench.py",
           "parity_probe.py", "record_bench_history.py", "gpu_e2e_record.py",  # gpu_e2e_record: tests/bench/test_gpu_record.py
-          "fanout_bench.py"}  # fanout_bench: tests/flows/test_fanout.py, on that test's two nodes
+          "fanout_bench.py", "first_phase_bench.py"}  # fanout_bench: tests/flows/test_fanout.py, on that test's two nodes
 SHELL = {"gpu_carry.sh", "gpu_e2e.sh", "gpu_pack_deps.sh", "gpu_sglang.sh", "gpu_sglang_deps.sh", "gpu_wait.sh",
          "run_on_gpu.sh"}
 engine = [pytest.mark.slow, pytest.mark.engine]
@@ -51,6 +51,14 @@ def test_handoff_bench_smoke():
     res = _script("handoff_bench.py", "--smoke", timeout=120)
     result = json.loads(res.stdout[res.stdout.index("{"):])
     assert result["pack_rounds"] == result["ritual_rounds"] == 1 and "not a measurement" in result["smoke"]
+
+
+def test_first_phase_bench_smoke():
+    res = _script("first_phase_bench.py", "--smoke", timeout=180)
+    result = json.loads(res.stdout[res.stdout.rindex("\n{") + 1:])
+    [rep] = result["reps"]
+    assert {"serial", "overlapped", "rerun"} <= set(rep) and "not a measurement" in result["smoke"]
+    assert all(rep[k]["to_first_phase_s"] >= rep[k]["server_s"] > 0 for k in ("serial", "overlapped", "rerun"))
 
 
 def test_devfile_probe_smoke():
