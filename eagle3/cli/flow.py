@@ -29,7 +29,8 @@ def run(config: Path = ConfigArg,
     """Run the pipeline flow (phases with a GPU handoff between each two).
 
     Order: the run's leases (run dir, GPUs) -> the recovery handoff (ends what a dead earlier run
-    left) -> the run's Prefect server if none is configured -> the flow (doctor, phases, handoffs)."""
+    left) -> the run's Prefect server if none is configured, while the doctor's engine probes are
+    asked beside it -> the flow (doctor, phases, handoffs)."""
     check_phases([p for p in (only, from_) if p] + list(force), "--only/--from/--force")
     if only and from_:
         fail("--only and --from cannot be combined; pick one")
