@@ -40,7 +40,6 @@ def test_run_phase_holds_the_lock_and_records_the_summary(make_config):
     assert marker.summary == {"output": str(cfg.phase_dir("datagen") / "out.txt"), "headline": "one line",
                                  "details": {"path": "/p", "n": 1}}
     assert done_marker(cfg, "datagen") == marker
-    assert PhaseSummary.from_dict(marker.summary).details["n"] == 1
     with phase_lock(cfg, "datagen"):  # released after the phase
         pass
 

@@ -65,10 +65,6 @@ class PhaseSummary:
         return {"output": str(self.output), "headline": self.headline,
                 "details": json.loads(json.dumps(self.details, default=str))}
 
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "PhaseSummary":
-        return cls(d["output"], d["headline"], dict(d.get("details") or {}))
-
 
 def run_coroutine(coro) -> None:
     """asyncio.run, also from a thread that already runs an event loop (e.g. an async flow)."""
