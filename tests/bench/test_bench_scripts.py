@@ -20,7 +20,7 @@ from tests.conftest import REPO
 pytestmark = pytest.mark.timeout(600)
 SMOKED = {"datagen_vs_vllm_bench.py", "datagen_client_split.py", "handoff_bench.py", "devfile_probe.py", "flow_overhead_bench.py",
           "parity_probe.py", "record_bench_history.py", "gpu_e2e_record.py",  # gpu_e2e_record: tests/bench/test_gpu_record.py
-          "fanout_bench.py", "first_phase_bench.py"}  # fanout_bench: tests/flows/test_fanout.py, on that test's two nodes
+          "fanout_bench.py", "first_phase_bench.py", "one_server_probe.py"}  # fanout_bench: tests/flows/test_fanout.py, on that test's two nodes
 SHELL = {"gpu_carry.sh", "gpu_e2e.sh", "gpu_pack_deps.sh", "gpu_sglang.sh", "gpu_sglang_deps.sh", "gpu_wait.sh",
          "run_on_gpu.sh"}
 engine = [pytest.mark.slow, pytest.mark.engine]
@@ -59,6 +59,16 @@ def test_first_phase_bench_smoke():
     [rep] = result["reps"]
     assert {"serial", "overlapped", "rerun"} <= set(rep) and "not a measurement" in result["smoke"]
     assert all(rep[k]["to_first_phase_s"] >= rep[k]["server_s"] > 0 for k in ("serial", "overlapped", "rerun"))
+
+
+@pytest.mark.slow
+@pytest.mark.engine
+def test_one_server_probe_smoke():
+    """Two real vLLM CPU servers (plain and extracting) on the same greedy requests."""
+    res = _script("one_server_probe.py", "--smoke", timeout=400)
+    result = json.loads(res.stdout[res.stdout.index("{"):])
+    assert result["prompts"] == 2 and result["plain"]["output_tokens"] > 0 and "not a measurement" in result["smoke"]
+    assert 0 <= result["texts_equal"] <= 2 and result["files_written"] >= 0
 
 
 def test_devfile_probe_smoke():
