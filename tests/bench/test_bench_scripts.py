@@ -64,11 +64,13 @@ def test_first_phase_bench_smoke():
 @pytest.mark.slow
 @pytest.mark.engine
 def test_one_server_probe_smoke():
-    """Two real vLLM CPU servers (plain and extracting) on the same greedy requests."""
+    """Two real vLLM CPU servers (plain and extracting) on the same greedy requests: docs/FACTS.md §12's
+    facts at the smallest size (the same greedy text; a hidden-state file per generation request)."""
     res = _script("one_server_probe.py", "--smoke", timeout=400)
     result = json.loads(res.stdout[res.stdout.index("{"):])
-    assert result["prompts"] == 2 and result["plain"]["output_tokens"] > 0 and "not a measurement" in result["smoke"]
-    assert 0 <= result["texts_equal"] <= 2 and result["files_written"] >= 0
+    assert result["prompts"] == 2 and result["plain"]["output_tokens"] == 16 and "not a measurement" in result["smoke"]
+    assert result["texts_equal"] == result["token_ids_equal"] == 2
+    assert sum("hidden_states" in s for s in result["file_tensor_shapes"]) == 2
 
 
 def test_devfile_probe_smoke():
