@@ -49,7 +49,12 @@ def get(name: str):
     if ref is None:
         raise ConfigError(f"unknown engine {name!r}; the pack knows {', '.join(names())}")
     module, _, attr = ref.partition(":")
-    engine = getattr(importlib.import_module(module), attr)
+    try:
+        engine = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as e:
+        where = f"{ENGINES_ENV}" if name not in BUILTIN else "the pack's engine registry"
+        raise ConfigError(f"engine {name!r} is {ref} ({where}), which cannot be loaded: {type(e).__name__}: {e}; "
+                          f"make that module importable (PYTHONPATH) or fix {where}") from None
     if engine.name != name:
         raise ConfigError(f"engine {name!r} names {ref}, whose name is {engine.name!r}")
     return engine

@@ -5,6 +5,8 @@ pack's supervisor, handoff-visible registry and config checks, and nothing else 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -61,6 +63,29 @@ def test_an_engine_from_one_file_runs_datagen_and_bench(tmp_path):
         assert w["acceptance"]["source"] == "toy /metrics spec counter deltas around the window"
     assert results["gate"]["status"] == "passed"
     assert all(s["stop"]["clean"] for s in results["servers"]), "each server ended on its stop signal"
+
+
+def test_another_process_takes_the_engine_from_EAGLE3_ENGINES(tmp_path):
+    """Across processes (`eagle3 run` in a subprocess, a Prefect worker's flow runs) an added engine is
+    named in the environment: the same config validates with it and is refused without it."""
+    with engine_registry.using(TOY):
+        write_tiny_config(tmp_path, _overrides(), check_files=False)
+    eagle3 = str(Path(sys.executable).parent / "eagle3")
+    argv = [eagle3, "validate", str(tmp_path / "config.yaml")]
+    env = {k: v for k, v in os.environ.items() if k != engine_registry.ENGINES_ENV} | {"PYTHONPATH": str(REPO)}
+
+    def validate(engines: str | None) -> subprocess.CompletedProcess:
+        extra = {engine_registry.ENGINES_ENV: engines} if engines else {}
+        return subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env | extra)
+
+    named = validate("toy=" + TOY["toy"])
+    assert named.returncode == 0, named.stdout + named.stderr
+    unnamed = validate(None)
+    assert unnamed.returncode == 2 and "unknown engine 'toy'" in unnamed.stdout + unnamed.stderr
+    # A module that cannot be loaded is bad input, named with its fix, not a crash.
+    broken = validate("toy=tests.engines.no_such_module:ENGINE")
+    said = broken.stdout + broken.stderr
+    assert broken.returncode == 2 and "tests.engines.no_such_module:ENGINE (EAGLE3_ENGINES)" in said, said
 
 
 def test_an_engine_that_is_not_registered_is_named_with_the_known_ones(tmp_path):
