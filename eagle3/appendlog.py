@@ -62,6 +62,21 @@ def recover(path: Path) -> list[dict]:
     return rows
 
 
+def read_rows(path: Path, what: str = "append-only log") -> list[dict]:
+    """The whole rows of `path` ([] if it does not exist), without repairing it: for a reader that must
+    never write another's file. A line that does not parse (the torn last one of a writer still at
+    work) is left out."""
+    rows = []
+    for line in (owned.read_bytes(path, b"", what=what, limit=None)).split(b"\n"):
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows
+
+
 class AppendLog:
     def __init__(self, path: Path, fsync_every: int = 16):
         self.path = Path(path)

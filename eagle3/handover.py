@@ -5,9 +5,9 @@ doctor). Where each lives is layout.py's; what a record holds is its producer's 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from .appendlog import read_rows
 from .errors import ConfigError
 from .fsio import read_json
 from .layout import DATAGEN_MANIFEST
@@ -22,17 +22,9 @@ def samples(cfg) -> Path:
 def sample_ids(cfg) -> set[str] | None:
     """The ids of the generated samples (None before data generation wrote any). Read-only and tolerant
     of a torn last row: a consumer must never modify the producer's files."""
-    try:
-        data = samples(cfg).read_bytes()
-    except FileNotFoundError:
+    if not samples(cfg).exists():
         return None
-    ids = set()
-    for line in data.split(b"\n"):
-        try:
-            ids.add(str(json.loads(line)["id"]))
-        except (ValueError, KeyError, TypeError):
-            continue
-    return ids
+    return {str(row["id"]) for row in read_rows(samples(cfg), "generated samples") if "id" in row}
 
 
 def generation_settings(samples_file: Path) -> dict:

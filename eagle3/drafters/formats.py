@@ -23,9 +23,9 @@ from ..engines import engine_registry
 LAYER_INPUT = "vllm"    # id k = input of decoder layer k (= eagle3.phases.extract_manifest.CONVENTION)
 LAYER_OUTPUT = "sglang"  # id k = output of decoder layer k
 CONVENTIONS = (LAYER_INPUT, LAYER_OUTPUT)
-# The drafter layouts the engines' loaders read, by the loader that defines each; an engine names its
-# own (Engine.drafter_layout), so a new engine whose loader reads one of these adds nothing here.
-LAYOUTS = ("vllm", "sglang")
+# The drafter layouts the engines' loaders read (named for the loader that defines each) and how each
+# means its aux ids; an engine names its own (Engine.drafter_layout), so a new engine whose loader reads
+# one of these adds nothing here.
 LAYOUT_CONVENTION = {"vllm": LAYER_INPUT, "sglang": LAYER_OUTPUT}
 # Written by the train phase beside the checkpoint it serves: what the drafter learned from (phase 1's
 # sampling, sample and token counts) and how it was trained. Engines ignore it; the checksum leaves it out.
@@ -241,7 +241,7 @@ EXPECTED = {"vllm": expected_vllm, "sglang": expected_sglang}
 # ---- engine-specific config rules --------------------------------------------------------------
 
 def layout_of(engine: str) -> str:
-    """The drafter layout `engine` loads (a key of LAYOUTS)."""
+    """The drafter layout `engine` loads (a key of LAYOUT_CONVENTION)."""
     return engine_registry.get(engine).drafter_layout
 
 

@@ -89,13 +89,13 @@ def _check_weights(layout: str, c: DrafterConfig, weights: dict[str, TensorInfo]
     for name in sorted(present):
         canonical = exp.aliases.get(name, name)
         if canonical in seen:
-            problems.append(Problem(name, f"duplicates {seen[canonical]!r} (the layout maps both to {canonical!r}); "
+            problems.append(Problem(name, f"duplicates {seen[canonical]!r} (the loader maps both to {canonical!r}); "
                                           "keep one of them"))
         seen[canonical] = name
     allowed = {**exp.required, **exp.optional}
     renamed = {}  # present name -> the expected name it should have (an export fixes these)
     for name in present:
-        if name in exp.aliases:  # a name the layout itself maps (vLLM: midlayer.* -> layers.0.*)
+        if name in exp.aliases:  # a name the loader itself maps (vLLM: midlayer.* -> layers.0.*)
             continue
         for a, b in (("layers.0.", "midlayer."), ("midlayer.", "layers.0.")):
             if name.startswith(a) and name.replace(a, b, 1) in exp.required and name not in allowed:

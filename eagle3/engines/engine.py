@@ -77,7 +77,8 @@ class Engine:
         raise NotImplementedError
 
     def cross_check(self, url: str, headers: dict[str, str]) -> dict[str, Any]:
-        """The engine's own acceptance figure, recorded beside the counters' (not used for verdicts)."""
+        """The engine's own acceptance figure, recorded beside the counters' (not used for verdicts). A
+        failure to read it comes back under "cross_check_error": logged by the caller, not recorded."""
         return {}
 
     version_paths: ClassVar[tuple[str, ...]] = ("/version",)  # where a running server says its version

@@ -176,7 +176,7 @@ class Traffic:
 
     @classmethod
     def from_samples(cls, samples: list[Sample], model_name: str | None = None,
-                     names: tuple[str, str, str] = None) -> "Traffic":
+                     names: tuple[str, str, str] | None = None) -> "Traffic":
         """`names`: the engine's (requests, prompt tokens, generation tokens) counters; vLLM's by default."""
         names = names or VLLM_TRAFFIC
         totals = _sums(samples, names, model_name)

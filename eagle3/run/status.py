@@ -8,14 +8,13 @@ phases' DONE markers, the extraction's summary, and the run's lease holder. Noth
 
 from __future__ import annotations
 
-import json
 import shutil
 import socket
 import time
 from datetime import datetime
 from pathlib import Path
 
-from .. import owned
+from ..appendlog import read_rows
 from ..process import lease, procfs
 from .. import phase_table
 from ..config import load_config
@@ -91,16 +90,9 @@ def _last_handoff(run_dir: Path) -> dict | None:
 def _server_starts(run_dir: Path, since: float | None) -> list[dict]:
     """The server starts of this run (since it started), oldest first: how long each took to be ready,
     and where that went by the engine's own log (steps)."""
-    data = owned.read_bytes(RunLayout(run_dir).server_starts, None, what="server starts", limit=None)
-    rows = []
-    for line in (data or b"").decode(errors="replace").splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue  # a torn last line, while a start is being recorded
-        if isinstance(row, dict) and (since is None or float(row.get("at") or 0) >= since):
-            rows.append({k: row.get(k) for k in ("phase", "name", "engine", "seconds", "steps", "at")})
-    return rows
+    return [{k: row.get(k) for k in ("phase", "name", "engine", "seconds", "steps", "at")}
+            for row in read_rows(RunLayout(run_dir).server_starts, "server starts")
+            if since is None or float(row.get("at") or 0) >= since]
 
 
 def start_line(start: dict) -> str:
