@@ -115,6 +115,27 @@ def test_the_services_of_a_fanned_out_phases_shards_are_listed_with_their_shard(
     assert row(status(config).stdout, "services") == "none registered"  # a stop unregisters the shard's server
 
 
+def test_a_shards_service_on_another_host_is_named_with_its_host_not_probed(tmp_path, make_config, monkeypatch):
+    """The shard's lease says which host runs it: `eagle3 status` on this host names that host and does
+    not read that PID in its own /proc (a PID there means nothing here)."""
+    import socket
+
+    cfg = make_config(check_files=False)
+    config = tmp_path / "config.yaml"
+    shard_dir = cfg.layout.shard_run_dir("extract", 0, 2)
+    proc = Supervisor(state_dir_for(shard_dir)).launch(LaunchSpec(name="extract-vllm-server", argv=[PY, "-c", SLEEP],
+                                                                  phase="extract", log=shard_dir / "s.log"))
+    try:
+        monkeypatch.setattr(socket, "gethostname", lambda: "node-b")  # the lease is written as node-b's
+        with lease.hold(shard_dir):
+            monkeypatch.undo()
+            [svc] = status_json(config)["services"]
+        assert (svc["shard"], svc["pid"], svc["state"]) == ("extract shard 0-of-2", proc.pid,
+                                                            "on host node-b (not checked from here)")
+    finally:
+        proc.stop(1)
+
+
 def test_a_preflight_refusal_names_the_step_and_its_first_cause(tmp_path, make_config):
     """The doctor refused (what a run dir on a 9 MiB filesystem gives): status names the preflight
     step and the first failed check, not "error ?: DoctorFailed: preflight failed:"."""
