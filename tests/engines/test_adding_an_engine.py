@@ -65,6 +65,21 @@ def test_an_engine_from_one_file_runs_datagen_and_bench(tmp_path):
     assert all(s["stop"]["clean"] for s in results["servers"]), "each server ended on its stop signal"
 
 
+def test_the_doctor_warns_that_an_engine_it_cannot_probe_is_first_seen_at_its_start(tmp_path):
+    """engine_side/inspect_target.py does not know the toy engine (inspected = False): the preflight
+    says so (WARN) instead of probing it, and still runs the engine-independent checks after it."""
+    from eagle3.doctor import WARN, engine_checks, uninspected_engine
+
+    with engine_registry.using(TOY):
+        cfg = write_tiny_config(tmp_path, _overrides(), check_files=False)
+        checks = engine_checks(cfg, supervisor(cfg))
+        [(fn, args)] = [(fn, args) for fn, args in checks if args[-1:] == ("toy",)]
+        assert fn is uninspected_engine
+        c = fn(*args)
+    assert (c.name, c.status) == ("engine-env:toy", WARN) and "inspect_target.py" in c.reason
+    assert [fn.__name__ for fn, _ in checks][-2:] == ["check_load_generator", "check_trainer"]
+
+
 def test_another_process_takes_the_engine_from_EAGLE3_ENGINES(tmp_path):
     """Across processes (`eagle3 run` in a subprocess, a Prefect worker's flow runs) an added engine is
     named in the environment: the same config validates with it and is refused without it."""
