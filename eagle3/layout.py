@@ -21,6 +21,8 @@
       heartbeat.json                              (a shard's run dir) rewritten every few seconds while it runs
       prefect-results/                            the Prefect cache's stored phase results
       configs/<run id>.yaml                       the config each run started with, pinned (eagle3.config.pinned)
+      compile-cache/                              the servers' compile cache where the user's is not provably
+                                                  theirs; compile-scratch/<server>/: a start with no cache key
 
 A Supervisor takes a state dir, not a run dir (tools that have no run dir give it a scratch
 folder), so the registry's file names are constants here too.
@@ -169,6 +171,13 @@ class RunLayout:
     @property
     def doctor(self) -> Path:
         return self.root / "doctor"
+
+    @property
+    def compile_cache(self) -> Path:
+        return self.state / "compile-cache"
+
+    def compile_scratch(self, server: str) -> Path:
+        return self.state / "compile-scratch" / server
 
     @property
     def bench_history(self) -> Path:

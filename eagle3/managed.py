@@ -12,6 +12,7 @@ them: `--flag value` and `--flag=value`, underscores for dashes (vLLM), dotted s
 from __future__ import annotations
 
 import ipaddress
+from pathlib import Path
 
 from .engines import engine_registry
 from .process.services import OWNER_ENV, SERVICE_ENV
@@ -114,10 +115,21 @@ def remote_env(name: str) -> str | None:
     return None if name == "speculators" else engine_registry.get(name).remote_env
 
 
-def env_conflicts(engine: str, env: dict[str, str], remote_allowed: bool) -> list[tuple[str, str]]:
+def compile_cache_vars(name: str) -> tuple[str, ...]:
+    """Variables the pack's compile cache sets in `name`'s servers (eagle3/engines/compile_cache.py)."""
+    return () if name == "speculators" else tuple(engine_registry.get(name).compile_cache_env(Path(".")))
+
+
+def env_conflicts(engine: str, env: dict[str, str], remote_allowed: bool,
+                  compile_cache: bool = False) -> list[tuple[str, str]]:
     """(variable, why it may not be set, with the fix) for each variable the pack sets itself."""
     found = [(var, f"also set by the pack, from {owner}; a second value silently wins or loses: remove it")
              for var, owner in engine_env_table(engine).items() if var in env]
+    if compile_cache:
+        found += [(var, f"also set by the pack's compile cache (engines.{engine}.compile_cache); a second value "
+                        f"silently wins or loses: remove it, or set engines.{engine}.compile_cache: false to manage "
+                        "the engine's caches yourself")
+                  for var in compile_cache_vars(engine) if var in env]
     var = remote_env(engine)
     if var in env and not remote_allowed and not is_loopback(env[var]):
         found.append((var, "a non-loopback address exposes the engine's internal ports to the network; use 127.0.0.1, "

@@ -61,7 +61,8 @@ def _managed_conflicts(cfg: PipelineConfig) -> list[tuple[str, str]]:
         env = getattr(cfg.engines, name)
         if env is not None:
             remote_ok = any(getattr(cfg, s).server.allow_remote for s, e in server_engines(cfg) if e == name)
-            problems += [(f"engines.{name}.env.{var}", why) for var, why in managed.env_conflicts(name, env.env, remote_ok)]
+            problems += [(f"engines.{name}.env.{var}", why) for var, why in managed.env_conflicts(
+                name, env.env, remote_ok, env.compile_cache)]
     return problems
 
 

@@ -88,6 +88,11 @@ class EngineEnv(Strict):
         "Environment variables for the engine's processes. Refused: what the pack sets (`CUDA_VISIBLE_DEVICES`, "
         "`CUDA_DEVICE_ORDER` from `gpus`, `VLLM_API_KEY`, `VLLM_PORT`, the pack's process marks) and a "
         "non-loopback `VLLM_HOST_IP` unless a vLLM server has `allow_remote`."))
+    compile_cache: bool = Field(True, description=(
+        "Keep what this engine's servers compile at start (torch.compile, Inductor and Triton kernels) in the "
+        "pack's cache, one directory per model, engine version, flag set and GPU (`$XDG_CACHE_HOME/eagle3/compile`, "
+        "else the run dir), so a repeated start reuses it and nothing lands in a shared /tmp. `false` leaves the "
+        "engine's own cache variables and defaults alone."))
 
     @model_validator(mode="after")
     def _one_way(self) -> "EngineEnv":

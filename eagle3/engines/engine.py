@@ -53,6 +53,11 @@ class Engine:
     # a speculative server logs a second weight load, its drafter's.
     start_steps: ClassVar[tuple[tuple[str, str], ...]] = ()
 
+    def compile_cache_env(self, path: Path) -> dict[str, str]:
+        """Variables that point what the server compiles at `path` (eagle3/engines/compile_cache.py):
+        Inductor's and Triton's kernels, which otherwise land in a shared /tmp."""
+        return {"TORCHINDUCTOR_CACHE_DIR": str(path / "inductor"), "TRITON_CACHE_DIR": str(path / "triton")}
+
     def start_breakdown(self, log_text: str) -> dict[str, float]:
         """{step: seconds} of one start, from its log (the text after the start's launch line)."""
         found = {}

@@ -29,8 +29,10 @@ from . import engine_registry
 ENGINE_SIDE = Path(__file__).resolve().parent.parent / "engine_side"
 
 
-def engine_probe(cfg: PipelineConfig, sup: Supervisor, engine: str, script: str, *args: str) -> dict:
-    """Run an engine-side script (`--out FILE` appended) and return the JSON it wrote; cached."""
+def engine_probe(cfg: PipelineConfig, sup: Supervisor, engine: str, script: str, *args: str,
+                 cached_only: bool = False) -> dict | None:
+    """Run an engine-side script (`--out FILE` appended) and return the JSON it wrote; cached.
+    `cached_only`: the cached answer, or None rather than running the script."""
     env = getattr(cfg.engines, engine)
     key_src = json.dumps([env.python_argv(), env.env, script, args,
                           _mtime(env.python), (cfg.target.model / "config.json").read_text()], default=str)
@@ -48,6 +50,8 @@ def engine_probe(cfg: PipelineConfig, sup: Supervisor, engine: str, script: str,
         cache[key] = user_cache[1][user_key]
         atomic_write_json(cache_path, cache)
         return cache[key]
+    if cached_only:
+        return None
     out = cfg.layout.doctor / f"{engine}-{Path(script).stem}.json"
     log = out.with_suffix(".log")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -68,10 +72,12 @@ def engine_probe(cfg: PipelineConfig, sup: Supervisor, engine: str, script: str,
     return result
 
 
-def inspect_engine(cfg: PipelineConfig, sup: Supervisor, engine: str) -> dict:
-    """The engine's versions, its support for the target, and which of its optional_serve_flags it takes."""
+def inspect_engine(cfg: PipelineConfig, sup: Supervisor, engine: str, cached_only: bool = False) -> dict | None:
+    """The engine's versions, its support for the target, and which of its optional_serve_flags it takes
+    (`cached_only`: None where no probe has answered yet)."""
     flags = [f"--serve-flag={flag}" for flag in engine_registry.get(engine).optional_serve_flags]
-    return engine_probe(cfg, sup, engine, "inspect_target.py", str(cfg.target.model), "--engine", engine, *flags)
+    return engine_probe(cfg, sup, engine, "inspect_target.py", str(cfg.target.model), "--engine", engine, *flags,
+                        cached_only=cached_only)
 
 
 def import_errors(cfg: PipelineConfig, sup: Supervisor, engine: str, *modules: str) -> dict[str, tuple[str, str | None]]:

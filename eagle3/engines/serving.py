@@ -12,7 +12,7 @@ from .. import progress
 from ..config import PipelineConfig, Server
 from ..errors import PipelineError
 from ..process.services import LAUNCH_MARKER, LaunchSpec, Process, Registry, Supervisor
-from . import engine_registry
+from . import compile_cache, engine_registry, probe
 
 
 class PortBusy(PipelineError):
@@ -33,14 +33,22 @@ def start_server(sup: Supervisor, cfg: PipelineConfig, phase: str, engine: str, 
     adapter = engine_registry.get(engine)
     engine_env = getattr(cfg.engines, engine)
     log = cfg.phase_dir(phase) / "logs" / f"{engine}-server.log"
+    name = f"{phase}-{engine}-server"
+    argv = adapter.serve_argv(engine_env, cfg.target.model_copy(update={"served_name": served_name})
+                              if served_name else cfg.target, server, extra_args)
+    gpus = list(cfg.gpus if gpus is None else gpus)
+    server_env = {**engine_env.env, **(env or {})}
+    cache = material = None
+    if engine_env.compile_cache:
+        cache, material = _compile_dir(cfg, sup, engine, name, argv, server_env, gpus)
+        server_env.update(adapter.compile_cache_env(cache.path))
     spec = LaunchSpec(
-        name=f"{phase}-{engine}-server",
-        argv=adapter.serve_argv(engine_env, cfg.target.model_copy(update={"served_name": served_name})
-                                if served_name else cfg.target, server, extra_args),
+        name=name,
+        argv=argv,
         log=log,
         phase=phase,
-        env={**engine_env.env, **adapter.serve_env(key), **(env or {})},
-        gpus=list(cfg.gpus if gpus is None else gpus),
+        env={**server_env, **adapter.serve_env(key)},
+        gpus=gpus,
         stop_grace_s=server.stop_grace_s,
         hang_timeout_s=server.hang_timeout_s,
         secrets=[key],
@@ -52,6 +60,8 @@ def start_server(sup: Supervisor, cfg: PipelineConfig, phase: str, engine: str, 
     waited = proc.wait_ready([*adapter.readiness(server, log), OwnListener(server.port, proc.entry.pgid)],
                              timeout_s=server.startup_timeout_s,
                              on_wait=lambda s: progress.waiting(phase, what, s))
+    if cache is not None:
+        compile_cache.finished(cache, material)
     steps = adapter.start_breakdown(this_launch(log))
     said = ", ".join(f"{k[:-2].replace('_', ' ')} {v:.1f} s" for k, v in steps.items())
     progress.note(phase, f"{engine} server ready after {waited:.1f} s (PID {proc.pid}, port {server.port})"
@@ -59,8 +69,20 @@ def start_server(sup: Supervisor, cfg: PipelineConfig, phase: str, engine: str, 
     # One row per server start: what a GPU run's record and `eagle3 status` time.
     with AppendLog(cfg.layout.server_starts, fsync_every=1) as starts:
         starts.append({"phase": phase, "name": spec.name, "engine": engine, "seconds": round(waited, 2),
-                       "steps": steps, "pid": proc.pid, "port": server.port, "log": str(log), "at": time.time()})
+                       "steps": steps, "pid": proc.pid, "port": server.port, "log": str(log), "at": time.time(),
+                       "compile_cache": None if cache is None else cache.record()})
     return proc
+
+
+def _compile_dir(cfg: PipelineConfig, sup: Supervisor, engine: str, name: str, argv: list[str],
+                 env: dict[str, str], gpus: list[int]) -> tuple[compile_cache.CacheDir, dict | None]:
+    """Where this start compiles, and the key material (None: no probed version, so nothing is reused)."""
+    # Only a probe the preflight already ran: a start never waits on one (a phase run alone gets no key).
+    versions = (probe.inspect_engine(cfg, sup, engine, cached_only=True) or {}).get("versions")
+    material = compile_cache.key_material(engine, versions, argv, env, cfg.target.model,
+                                          compile_cache.gpu_names(gpus)) if versions else None
+    root = compile_cache.user_root() or cfg.layout.compile_cache
+    return compile_cache.prepare(root, engine, material, cfg.layout.compile_scratch(name)), material
 
 
 def this_launch(log: Path, limit: int = 4 * 1024 * 1024) -> str:

@@ -33,6 +33,10 @@ class Vllm(Engine):
         # vLLM opens its HTTP port only after the engine is built, so the first 200 means ready.
         return [HttpProbe(f"http://{server.host}:{server.port}/health")]
 
+    def compile_cache_env(self, path):
+        # vLLM keeps its torch.compile artefacts (and model-inspection answers) under its cache root.
+        return {**super().compile_cache_env(path), "VLLM_CACHE_ROOT": str(path / "vllm")}
+
     start_steps = (
         ("weights_s", r"Loading weights took ([\d.]+) seconds"),
         ("model_load_s", r"Model loading took [\d.]+ GiB (?:memory )?and ([\d.]+) seconds"),

@@ -81,3 +81,18 @@ def test_a_rerun_reuses_the_answer_until_the_venv_the_target_or_the_engine_env_c
     (model / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 4096}))
     assert ask() and not ask()
     assert ask({"TOKENIZERS_PARALLELISM": "false"}) and not ask({"TOKENIZERS_PARALLELISM": "false"})
+
+
+def test_cached_only_answers_from_the_cache_and_never_runs_the_probe(make_config, tmp_path, monkeypatch):
+    """A server start asks for the engine's versions (its compile cache key) this way: it must never wait
+    on a probe, and it gets the preflight's answer once there is one."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    cfg = make_config(run_dir=tmp_path / "r", check_files=False)
+    sup = Supervisor(cfg.layout.state)
+    log = cfg.layout.doctor / "speculators-engine_versions.log"
+    assert probe.engine_probe(cfg, sup, "speculators", "engine_versions.py", cached_only=True) is None
+    assert not log.exists()
+    answer = probe.engine_probe(cfg, sup, "speculators", "engine_versions.py")
+    log.unlink()
+    assert probe.engine_probe(cfg, sup, "speculators", "engine_versions.py", cached_only=True) == answer
+    assert not log.exists()

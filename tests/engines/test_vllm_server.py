@@ -4,6 +4,9 @@ fixture's teardown) stops without leaving a process, a registry entry or a liste
 from __future__ import annotations
 
 import json
+import os
+import stat
+from pathlib import Path
 
 import re
 
@@ -51,6 +54,17 @@ def test_its_start_is_recorded_with_the_steps_its_log_names(vllm_server):
     steps = rows[0]["steps"]
     assert {"weights_s", "engine_init_s"} <= set(steps), steps
     assert 0 < steps["weights_s"] < rows[0]["seconds"] and 0 < steps["engine_init_s"] < rows[0]["seconds"]
+
+
+def test_it_compiles_into_the_directory_its_start_record_names(vllm_server):
+    """The pack's compile cache (tests/engines/test_compile_cache.py for its keys): the server's own
+    environment points vLLM's, Inductor's and Triton's caches at the private directory its row names."""
+    row = json.loads(vllm_server.config.layout.server_starts.read_text().splitlines()[-1])
+    where = Path(row["compile_cache"]["dir"])
+    environ = psutil.Process(vllm_server.process.pid).environ()
+    assert (environ["VLLM_CACHE_ROOT"], environ["TORCHINDUCTOR_CACHE_DIR"], environ["TRITON_CACHE_DIR"]) == (
+        str(where / "vllm"), str(where / "inductor"), str(where / "triton"))
+    assert where.is_dir() and stat.S_IMODE(where.stat().st_mode) == 0o700 and where.stat().st_uid == os.getuid()
 
 
 def test_models_lists_the_served_name(vllm_server):

@@ -1,0 +1,131 @@
+"""The pack's own compile cache: what a server compiles while it starts (vLLM's torch.compile
+artefacts, Inductor's and Triton's kernels), kept across starts and reruns in one directory per key.
+
+The key is everything such an artefact depends on that the pack can see: the engine and its probed
+package versions, the target (its config.json, each weight file's name, size and mtime), any drafter
+the flags name (the same), the server's flags except where it listens and what it is called, the
+variables the config sets for the engine, and the GPUs' names. Another model, engine version or flag
+set gets another directory, so a start never reads what a different server compiled; the engine's own
+cache checks come on top of that. With no probed version there is no key, and the server compiles in
+a directory of its own start (nothing reused, nothing left in a shared /tmp).
+
+Where: `$XDG_CACHE_HOME/eagle3/compile/<engine>/<key>/` when that is provably the user's own (so a
+second run dir of the same model reuses it), else the run dir's `state/compile-cache/`. Never
+Inductor's and Triton's default under /tmp, where another local user could plant kernels first.
+`engines.<name>.compile_cache: false` leaves the engine's own defaults alone."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import owned
+from ..fsio import atomic_write_json
+
+# Flags whose value never changes what a server compiles: where it listens and the name it answers to.
+_UNKEYED_FLAGS = ("--host", "--port", "--served-model-name")
+KEY_FILE = "key.json"
+
+
+@dataclass(frozen=True)
+class CacheDir:
+    path: Path
+    key: str
+    reused: bool  # an earlier start of the same key finished with this directory
+
+    def record(self) -> dict:
+        return {"dir": str(self.path), "key": self.key, "reused": self.reused}
+
+
+def model_identity(model: Path) -> dict:
+    """config.json's hash and each weight file's (size, mtime): a remade or edited model is another key."""
+    model = Path(model)
+    if not model.is_dir():
+        return {"path": str(model)}
+    config = model / "config.json"
+    weights = sorted(p for p in model.iterdir() if p.suffix in (".safetensors", ".bin", ".pt", ".gguf"))
+    return {"config_sha256": hashlib.sha256(config.read_bytes()).hexdigest() if config.is_file() else None,
+            "weights": [[p.name, (st := p.stat()).st_size, st.st_mtime_ns] for p in weights]}
+
+
+def _keyed_argv(argv: list[str]) -> list[str]:
+    """The server's flags less the launcher and the unkeyed flags' values."""
+    out, skip = [], False
+    for arg in argv[1:]:
+        if skip:
+            skip = False
+            continue
+        name = arg.split("=", 1)[0]
+        if name in _UNKEYED_FLAGS:
+            skip = "=" not in arg
+            continue
+        out.append(arg)
+    return out
+
+
+def _drafters(argv: list[str]) -> dict[str, dict]:
+    """The identity of each model a JSON flag value names (a speculative config's drafter)."""
+    found = {}
+    for arg in argv:
+        if arg.startswith("{"):
+            try:
+                value = json.loads(arg)
+            except ValueError:
+                continue
+            if isinstance(value, dict) and isinstance(value.get("model"), str):
+                found[value["model"]] = model_identity(Path(value["model"]))
+    return found
+
+
+def key_material(engine: str, versions: dict, argv: list[str], env: dict[str, str], model: Path,
+                 gpu_names: list[str]) -> dict:
+    return {"engine": engine, "versions": dict(sorted(versions.items())), "argv": _keyed_argv(argv),
+            "env": dict(sorted(env.items())), "model": model_identity(model), "drafters": _drafters(argv),
+            "gpus": list(gpu_names)}
+
+
+def cache_key(material: dict) -> str:
+    return hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()[:24]
+
+
+def user_root() -> Path | None:
+    """The user's compile cache root, or None where it is not provably the user's own."""
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "eagle3"
+    try:
+        owned.private_dir(base, "the pack's cache directory")
+        return owned.private_dir(base / "compile", "the pack's compile cache")
+    except (OSError, owned.NotOwned):
+        return None
+
+
+def prepare(root: Path, engine: str, material: dict | None, scratch: Path) -> CacheDir:
+    """The directory this start compiles into: the key's, created 0700 under `root`; with no key
+    material, `scratch` (the run's own, emptied first: nothing reused)."""
+    if material is None:
+        shutil.rmtree(scratch, ignore_errors=True)
+        return CacheDir(owned.private_dir(scratch, "a server's compile directory"), "", False)
+    root = owned.private_dir(root, "the pack's compile cache")
+    engine_dir = owned.private_dir(root / engine, "the pack's compile cache")
+    key = cache_key(material)
+    path = owned.private_dir(engine_dir / key, "a server's compile directory")
+    return CacheDir(path, key, (path / KEY_FILE).is_file())
+
+
+def finished(cache: CacheDir, material: dict | None) -> None:
+    """Mark the key's directory complete once its server started: what later starts report as reused."""
+    if material is not None and not cache.reused:
+        atomic_write_json(cache.path / KEY_FILE, material)
+
+
+def gpu_names(indices: list[int]) -> list[str]:
+    """The names of the GPUs a server gets (compiled kernels are per architecture); [] without NVML."""
+    from ..handoff.gpus import GpuQueryError, NvmlBackend, NvmlUnavailable
+    try:
+        with NvmlBackend() as nvml:
+            return [g.name for g in nvml.snapshot(indices)]
+    except (NvmlUnavailable, GpuQueryError):
+        return []
