@@ -49,8 +49,9 @@ class Engine:
         raise NotImplementedError
 
     # Where a start's time went, as the engine's own log says it: (step, regex whose group 1 is seconds).
-    # Steps may nest (vLLM's engine init includes its compile and graph capture). The first match wins:
-    # a speculative server logs a second weight load, its drafter's.
+    # Steps may nest (vLLM's engine init includes its compile and graph capture). The first match wins,
+    # in log order for one pattern (a speculative server logs a second weight load, its drafter's) and in
+    # this order for a step listed twice (a preferred line, then a fallback).
     start_steps: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def compile_cache_env(self, path: Path) -> dict[str, str]:
@@ -62,7 +63,7 @@ class Engine:
         """{step: seconds} of one start, from its log (the text after the start's launch line)."""
         found = {}
         for step, pattern in self.start_steps:
-            hit = re.search(pattern, log_text)
+            hit = None if step in found else re.search(pattern, log_text)
             if hit:
                 found[step] = float(hit.group(1))
         return found

@@ -40,6 +40,9 @@ class Vllm(Engine):
     start_steps = (
         ("weights_s", r"Loading weights took ([\d.]+) seconds"),
         ("model_load_s", r"Model loading took [\d.]+ GiB (?:memory )?and ([\d.]+) seconds"),
+        # The engine's total first: a speculative server compiles its drafter too, and logs a second
+        # "torch.compile took" for it; older logs without the total give the target's alone.
+        ("compile_s", r"init engine \(profile, create kv cache, warmup model\) took [\d.]+ s \(compilation: ([\d.]+) s\)"),
         ("compile_s", r"torch\.compile took ([\d.]+) s in total"),
         ("graphs_s", r"Graph capturing finished in ([\d.]+) secs"),
         ("engine_init_s", r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s"),

@@ -27,6 +27,20 @@ def test_vllm_steps_the_first_load_being_the_targets():
                                                     "graphs_s": 6.0, "engine_init_s": 49.91}
 
 
+# A speculative server's start (bench/results/smollm2-h200-20261204-run3, the k=3 server of round 1): the
+# drafter's compile is logged apart, and the engine's total counts both.
+VLLM_SPEC_START = """\
+(EngineCore pid=4639) INFO 12-04 15:08:54 [monitor.py:53] torch.compile took 21.67 s in total
+(EngineCore pid=4639) INFO 12-04 15:09:08 [monitor.py:53] torch.compile took 13.03 s in total
+(EngineCore pid=4639) INFO 12-04 15:09:35 [core.py:337] init engine (profile, create kv cache, warmup model) took 62.86 s (compilation: 34.70 s)
+"""
+
+
+def test_vllm_compile_is_the_engines_total_with_the_drafters_and_falls_back_to_the_first_compile():
+    assert VLLM.start_breakdown(VLLM_SPEC_START) == {"compile_s": 34.70, "engine_init_s": 62.86}
+    assert VLLM.start_breakdown(VLLM_SPEC_START.splitlines(keepends=True)[0]) == {"compile_s": 21.67}
+
+
 def test_sglang_steps():
     assert SGLANG.start_breakdown(SGLANG_GPU_START) == {"weights_s": 0.18, "graphs_s": 5.12}
 
