@@ -15,6 +15,8 @@
 #   bash bench/gpu_e2e.sh RESULTS record     # rebuild RESULTS/gpu-e2e-summary.json and the raw record
 #   bash bench/gpu_e2e.sh RESULTS run-files  # RESULTS/run-files.tar.gz alone: every run's small files
 #   bash bench/gpu_e2e.sh RESULTS drafter-out  # the real run's drafter, less its embed_tokens copy, in pieces
+#   bash bench/gpu_e2e.sh RESULTS session    # one device session in one background step: real, then the handoff
+#                                            # bench, the data-generation client ratio, the drafter (as time allows)
 #   KS="2 4" bash bench/gpu_e2e.sh RESULTS ksweep  # the real run's drafter benchmarked at more k (one round,
 #                                            # concurrency 1): each k's measured step cost
 #
@@ -82,6 +84,9 @@ setup() {
     "$whl" "$VLLM_DEPS"/*.whl $(ls "$STAGE"/smollm2/gguf-*.whl "$STAGE"/smollm2/pycountry-*.whl 2>/dev/null) || return 1
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE/pack" \
     "$STAGE"/pack-deps/*.whl || return 1
+  # Bytecode now, on every core, as a normal install has it: otherwise the first server start pays for
+  # compiling vLLM's sources one file at a time and the first-versus-repeated start comparison measures that.
+  python3 -m compileall -q -j 0 "$SITE/engine" "$SITE/pack" > /dev/null 2>&1 || true
   wrappers
   {
     date -u; uname -r; nproc; python3 -V
@@ -178,6 +183,27 @@ raw["bench"].update(drafter=manifest["checkpoint"], num_speculative_tokens=ks, r
 PY
     run_config "$REPO/configs/.h200-smollm2-ksweep.yaml" "$RESULTS/run-ksweep.log"; rc=$? ;;
   record) rc=0 ;;
+  session)
+    # One session's worth, most important first; each later part only if DEADLINE (epoch seconds) leaves
+    # it the time it needs, so the last command still brings back a complete record.
+    left() { echo $(( ${DEADLINE:-9999999999} - $(date +%s) )); }
+    run_config "$REPO/configs/h200-smollm2.yaml" "$RESULTS/run-real.log"; rc=$?
+    if [ "$(left)" -gt 90 ]; then
+      t0=$(date +%s.%N)
+      PYTHONPATH="$PACK_PATH" python3 "$REPO/bench/handoff_bench.py" --pack-rounds 10 --ritual-rounds 1 \
+        --out "$RESULTS/handoff-h200.json" > "$RESULTS/handoff-h200.log" 2>&1
+      event "\"part\": \"handoff-bench\", \"rc\": $?, \"seconds\": $(since "$t0")"
+    fi
+    if [ "$(left)" -gt 300 ]; then
+      t0=$(date +%s.%N)
+      PYTHONPATH="$PACK_PATH" python3 "$REPO/bench/datagen_vs_vllm_bench.py" --config "$REPO/configs/h200-smollm2.yaml" \
+        --rounds 3 --num-prompts 2048 --concurrency 512 --max-tokens 128 --no-record \
+        --json "$RESULTS/datagen-vs-vllm-h200.json" > "$RESULTS/datagen-vs-vllm-h200.log" 2>&1
+      event "\"part\": \"datagen-vs-vllm\", \"rc\": $?, \"seconds\": $(since "$t0")"
+    fi
+    bash "$0" "$RESULTS" drafter-out > "$RESULTS/drafter-out.log" 2>&1
+    event "\"ended\": true, \"rc\": $rc"
+    ;;
   drafter-out)  # the real run's trained drafter, small enough to come back: without embed_tokens (vLLM shares
     # the target's; speculators saves a frozen copy of it), in pieces of 15 MiB, into RESULTS/drafter/
     mkdir -p "$RESULTS/drafter"

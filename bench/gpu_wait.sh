@@ -10,12 +10,15 @@ RESULTS=${1:?usage: gpu_wait.sh RESULTS STEP SECONDS}
 STEP=${2:?usage: gpu_wait.sh RESULTS STEP SECONDS}
 LIMIT=${3:?usage: gpu_wait.sh RESULTS STEP SECONDS}
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-ended() { grep -qs "\"step\": \"$STEP\", \"config\"" "$RESULTS/events.jsonl"; }
+# A step ends with its run's event; `session` runs several and ends with its own.
+PATTERN="\"step\": \"$STEP\", \"config\""
+[ "$STEP" = session ] && PATTERN='"step": "session", "ended"'
+ended() { grep -qs "$PATTERN" "$RESULTS/events.jsonl"; }
 while ! ended && [ "$SECONDS" -lt "$LIMIT" ]; do
-  sleep 20
-  tail -n 200 "$RESULTS/run-$STEP.log" 2>/dev/null | grep -E '^[0-9:]{8} ' | tail -n 1
+  sleep 10
+  tail -n 200 "$(ls -t "$RESULTS"/run-*.log 2>/dev/null | head -n 1)" 2>/dev/null | grep -E '^[0-9:]{8} ' | tail -n 1
 done
 nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader
 bash "$REPO/bench/gpu_e2e.sh" "$RESULTS" record > /dev/null 2>&1
-if ended; then grep "\"step\": \"$STEP\", \"config\"" "$RESULTS/events.jsonl" | tail -n 1; exit 0; fi
+if ended; then grep "$PATTERN" "$RESULTS/events.jsonl" | tail -n 1; exit 0; fi
 echo "still running after ${LIMIT} s"; exit 3
