@@ -137,6 +137,19 @@ def test_two_rounds_pool_their_windows_and_check_each_other():
     assert row["windows"] == 4 and row["verdict"] == "faster"
     aa = rounds_agree(same)
     assert aa["status"] == "agree" and len(aa["rows"]) == 2 and all(r["agrees"] for r in aa["rows"])
+    widest = max(max(r["ci"][1] - 1, 1 - r["ci"][0]) for r in aa["rows"]) * 100
+    assert aa["resolution_pct"] == pytest.approx(widest, abs=0.1) and f"±{widest:.0f} %" in aa["message"]
+
+
+def test_an_agreeing_aa_check_says_how_coarse_it_is():
+    """The H200's A/A of 2026-12-04 (baseline c=1, two windows a round): it agrees, and says that only a
+    change beyond ±64 % would have shown; the same spread over eight windows a round is ~4 times sharper."""
+    h200 = _runs([491.1, 446.4, 425.2, 433.4], [386.7, 358.1, 367.2, 381.6], rounds=2)
+    coarse = rounds_agree(h200)
+    assert coarse["status"] == "agree" and coarse["resolution_pct"] > 50
+    rng = random.Random(5)
+    sharp = rounds_agree(_runs(_noisy(450, 16, rng, sd=0.03), _noisy(375, 16, rng, sd=0.03), rounds=2))
+    assert sharp["status"] == "agree" and sharp["resolution_pct"] < 10
     drifted = _runs([500, 505, 400, 402], [600, 604, 480, 484], rounds=2)  # the whole node 20 % slower in round 2
     moved = rounds_agree(drifted)
     assert moved["status"] == "differ" and "baseline c=1 round 2: 0.79" in moved["message"]
