@@ -11,6 +11,7 @@ Nothing here imports the config: the engine modules are read by the config's own
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -59,13 +60,27 @@ class Engine:
         Inductor's and Triton's kernels, which otherwise land in a shared /tmp."""
         return {"TORCHINDUCTOR_CACHE_DIR": str(path / "inductor"), "TRITON_CACHE_DIR": str(path / "triton")}
 
-    def start_breakdown(self, log_text: str) -> dict[str, float]:
-        """{step: seconds} of one start, from its log (the text after the start's launch line)."""
+    # Points of a start that the engine's log only timestamps (its imports, its engine process's spawn):
+    # (step, regex whose group 1 is the line's time, that time's strptime format). Each step runs from the
+    # previous point (the launch, for the first) to its own line; the log's clock has 1 s resolution.
+    start_marks: ClassVar[tuple[tuple[str, str, str], ...]] = ()
+
+    def start_breakdown(self, log_text: str, launched_at: float | None = None) -> dict[str, float]:
+        """{step: seconds} of one start, from its log (the text after the start's launch line);
+        `launched_at` (epoch seconds) adds the start_marks steps."""
         found = {}
         for step, pattern in self.start_steps:
             hit = None if step in found else re.search(pattern, log_text)
             if hit:
                 found[step] = float(hit.group(1))
+        previous = launched_at
+        for step, pattern, fmt in self.start_marks if launched_at is not None else ():
+            hit = re.search(pattern, log_text, re.M)
+            at = _log_time(hit.group(1), fmt, launched_at) if hit else None
+            if at is None:
+                break
+            found[step] = round(max(0.0, at - previous), 1)
+            previous = max(previous, at)
         return found
 
     # ---- speculative decoding and its counters -----------------------------------------------
@@ -131,3 +146,13 @@ class Engine:
 
     def __repr__(self) -> str:
         return f"<engine {self.name}>"
+
+
+def _log_time(text: str, fmt: str, near: float) -> float | None:
+    """Epoch seconds of a log line's local time; a format without the year takes `near`'s."""
+    if "%Y" not in fmt:
+        text, fmt = f"{time.localtime(near).tm_year} {text}", f"%Y {fmt}"
+    try:
+        return time.mktime(time.strptime(text, fmt))
+    except (ValueError, OverflowError):
+        return None

@@ -54,6 +54,7 @@ def start_server(sup: Supervisor, cfg: PipelineConfig, phase: str, engine: str, 
         secrets=[key],
         stop_leader_first=adapter.stop_leader_first,
     )
+    launched_at = time.time()
     proc = sup.launch(spec)
     what = f"waiting for {engine} server readiness (PID {proc.pid}, port {server.port}, budget {server.startup_timeout_s:.0f} s)"
     # The listener check comes last so it runs only once the engine's own probes pass.
@@ -62,7 +63,7 @@ def start_server(sup: Supervisor, cfg: PipelineConfig, phase: str, engine: str, 
                              on_wait=lambda s: progress.waiting(phase, what, s))
     if cache is not None:
         compile_cache.finished(cache, material)
-    steps = adapter.start_breakdown(this_launch(log))
+    steps = adapter.start_breakdown(this_launch(log), launched_at)
     said = ", ".join(f"{k[:-2].replace('_', ' ')} {v:.1f} s" for k, v in steps.items())
     progress.note(phase, f"{engine} server ready after {waited:.1f} s (PID {proc.pid}, port {server.port})"
                   + (f"; by its log: {said}" if said else ""))

@@ -47,6 +47,8 @@ class Sglang(Engine):
         ("weights_s", r"Load weight end\. elapsed=([\d.]+) s"),
         ("graphs_s", r"Capture (?:[\w ]+ )?(?:cuda|CUDA) graph end\. Time elapsed: ([\d.]+) s"),
     )
+    # Its first timestamped line comes once the launcher has imported SGLang and torch.
+    start_marks = (("imports_s", r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\]", "%Y-%m-%d %H:%M:%S"),)
 
     acceptance_source = ("sglang /metrics counter deltas around the window (verify calls, generation tokens, "
                          "requests; no per-position counts)")

@@ -48,6 +48,12 @@ class Vllm(Engine):
         ("engine_init_s", r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s"),
     )
 
+    # The API server's first line comes after its imports; its engine core logs once spawned and imported.
+    start_marks = (
+        ("api_imports_s", r"(?:INFO|WARNING) (\d\d-\d\d \d\d:\d\d:\d\d) \[", "%m-%d %H:%M:%S"),
+        ("engine_spawn_s", r"(\d\d-\d\d \d\d:\d\d:\d\d) \[core\.py:\d+\] Initializing a V1 LLM engine", "%m-%d %H:%M:%S"),
+    )
+
     acceptance_source = "vllm /metrics spec-decode counter deltas around the window"
 
     def spec_args(self, drafter: Path, k: int) -> list[str]:

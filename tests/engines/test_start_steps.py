@@ -4,6 +4,8 @@ bench/results/sglang-h200-20261202-run2/hang-server.log for SGLang)."""
 
 from __future__ import annotations
 
+import time
+
 from eagle3.engines.sglang import ENGINE as SGLANG
 from eagle3.engines.vllm import ENGINE as VLLM
 
@@ -47,3 +49,31 @@ def test_sglang_steps():
 
 def test_a_log_without_those_lines_gives_no_steps():
     assert VLLM.start_breakdown("INFO: Application startup complete.\n") == {}
+
+
+# The repeated baseline start of that run: launched at 15:10:45, the API server's first line 25 s later,
+# its engine core's first 17 s after that (bench/results/smollm2-h200-20261204-run3, bench server log).
+VLLM_REPEATED_START = """\
+(APIServer pid=5266) INFO 12-04 15:11:10 [api_utils.py:339]  version 0.25.0
+(APIServer pid=5266) INFO 12-04 15:11:10 [model.py:619] Resolved architecture: LlamaForCausalLM
+(EngineCore pid=5411) INFO 12-04 15:11:27 [core.py:114] Initializing a V1 LLM engine (v0.25.0) with config: ...
+(EngineCore pid=5411) INFO 12-04 15:11:38 [core.py:337] init engine (profile, create kv cache, warmup model) took 7.74 s (compilation: 4.20 s)
+"""
+
+
+def _local(stamp: str) -> float:
+    return time.mktime(time.strptime(stamp, "%Y-%m-%d %H:%M:%S"))
+
+
+def test_vllm_imports_and_engine_spawn_come_from_the_logs_timestamps_and_the_launch_time():
+    steps = VLLM.start_breakdown(VLLM_REPEATED_START, _local("2026-12-04 15:10:45"))
+    assert steps == {"compile_s": 4.20, "engine_init_s": 7.74, "api_imports_s": 25.0, "engine_spawn_s": 17.0}
+    assert "api_imports_s" not in VLLM.start_breakdown(VLLM_REPEATED_START)  # no launch time, no such steps
+    # A log that stops before the engine core's line (a start that died) gives what it has.
+    assert VLLM.start_breakdown(VLLM_REPEATED_START.splitlines()[0], _local("2026-12-04 15:10:45")) == {
+        "api_imports_s": 25.0}
+
+
+def test_sglang_imports_from_its_first_timestamped_line():
+    steps = SGLANG.start_breakdown(SGLANG_GPU_START, _local("2026-12-02 19:53:21"))
+    assert steps == {"weights_s": 0.18, "graphs_s": 5.12, "imports_s": 29.0}

@@ -54,6 +54,9 @@ def test_its_start_is_recorded_with_the_steps_its_log_names(vllm_server):
     steps = rows[0]["steps"]
     assert {"weights_s", "engine_init_s"} <= set(steps), steps
     assert 0 < steps["weights_s"] < rows[0]["seconds"] and 0 < steps["engine_init_s"] < rows[0]["seconds"]
+    # The imports and the engine core's spawn, from the log's timestamps (1 s resolution) and the launch time.
+    assert {"api_imports_s", "engine_spawn_s"} <= set(steps), steps
+    assert steps["api_imports_s"] + steps["engine_spawn_s"] + steps["engine_init_s"] <= rows[0]["seconds"] + 2
 
 
 def test_it_compiles_into_the_directory_its_start_record_names(vllm_server):
