@@ -224,7 +224,15 @@ def test_a_service_grace_longer_than_the_deadline_still_gets_the_release_wait(en
     took = time.monotonic() - t0
     assert report.ok and gone(proc.pid), report.problems
     assert report.services[0]["signal"] == "SIGKILL"
-    assert 2.0 + 0.3 <= took < 2.0 + 1.0, took  # the grace, then the release waited for within the deadline
+    assert took >= 2.0 + 0.3, took
+    # The grace, then the release waited for within the deadline, each timed by the report's own steps:
+    # the deadline counts from the end of the stop. A bound on the total instead failed once on a loaded
+    # box (3.07 s against 3.0, the handoff itself within its deadline and ok).
+    names = [s["name"] for s in report.steps]
+    stop = names.index("services")
+    assert report.steps[stop]["seconds"] >= 2.0, report.steps
+    after_stop = sum(s["seconds"] for s in report.steps[stop + 1:])
+    assert 0.3 - 0.05 <= after_stop < 1.0, report.steps
     assert [g["used_mib"] for g in report.gpus] == [0, 0]
 
 
