@@ -16,11 +16,12 @@ Inductor's and Triton's default under /tmp, where another local user could plant
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import owned
@@ -31,14 +32,22 @@ _UNKEYED_FLAGS = ("--host", "--port", "--served-model-name")
 KEY_FILE = "key.json"
 
 
-@dataclass(frozen=True)
+@dataclass
 class CacheDir:
     path: Path
     key: str
     reused: bool  # an earlier start of the same key finished with this directory
+    busy: bool = False  # the key's directory was another start's at the time: this one compiled apart
+    lock_fd: int | None = field(default=None, repr=False)
 
     def record(self) -> dict:
-        return {"dir": str(self.path), "key": self.key, "reused": self.reused}
+        return {"dir": str(self.path), "key": self.key, "reused": self.reused, "busy": self.busy}
+
+    def release(self) -> None:
+        """Let the next start of the key in (its compile is done once the server is ready, or it failed)."""
+        if self.lock_fd is not None:
+            os.close(self.lock_fd)
+            self.lock_fd = None
 
 
 def model_identity(model: Path) -> dict:
@@ -103,8 +112,9 @@ def user_root() -> Path | None:
 
 
 def prepare(root: Path, engine: str, material: dict | None, scratch: Path) -> CacheDir:
-    """The directory this start compiles into: the key's, created 0700 under `root`; with no key
-    material, `scratch` (the run's own, emptied first: nothing reused)."""
+    """The directory this start compiles into: the key's, created 0700 under `root` and held until
+    `release()`; with no key material, or while another start holds the key, `scratch` (the run's own,
+    emptied first: nothing reused)."""
     if material is None:
         shutil.rmtree(scratch, ignore_errors=True)
         return CacheDir(owned.private_dir(scratch, "a server's compile directory"), "", False)
@@ -112,7 +122,20 @@ def prepare(root: Path, engine: str, material: dict | None, scratch: Path) -> Ca
     engine_dir = owned.private_dir(root / engine, "the pack's compile cache")
     key = cache_key(material)
     path = owned.private_dir(engine_dir / key, "a server's compile directory")
-    return CacheDir(path, key, (path / KEY_FILE).is_file())
+    # One start at a time per key (two shards on one node, two runs of one model): a second start while
+    # the first still compiles would write the same files; it compiles apart instead and reuses nothing.
+    fd = os.open(path / ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        owned.check_stat(os.fstat(fd), path / ".lock", "a compile directory's lock")
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        shutil.rmtree(scratch, ignore_errors=True)
+        return CacheDir(owned.private_dir(scratch, "a server's compile directory"), key, False, busy=True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return CacheDir(path, key, (path / KEY_FILE).is_file(), lock_fd=fd)
 
 
 def finished(cache: CacheDir, material: dict | None) -> None:

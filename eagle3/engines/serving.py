@@ -55,14 +55,19 @@ def start_server(sup: Supervisor, cfg: PipelineConfig, phase: str, engine: str, 
         stop_leader_first=adapter.stop_leader_first,
     )
     launched_at = time.time()
-    proc = sup.launch(spec)
-    what = f"waiting for {engine} server readiness (PID {proc.pid}, port {server.port}, budget {server.startup_timeout_s:.0f} s)"
-    # The listener check comes last so it runs only once the engine's own probes pass.
-    waited = proc.wait_ready([*adapter.readiness(server, log), OwnListener(server.port, proc.entry.pgid)],
-                             timeout_s=server.startup_timeout_s,
-                             on_wait=lambda s: progress.waiting(phase, what, s))
-    if cache is not None:
-        compile_cache.finished(cache, material)
+    try:
+        proc = sup.launch(spec)
+        what = (f"waiting for {engine} server readiness (PID {proc.pid}, port {server.port}, "
+                f"budget {server.startup_timeout_s:.0f} s)")
+        # The listener check comes last so it runs only once the engine's own probes pass.
+        waited = proc.wait_ready([*adapter.readiness(server, log), OwnListener(server.port, proc.entry.pgid)],
+                                 timeout_s=server.startup_timeout_s,
+                                 on_wait=lambda s: progress.waiting(phase, what, s))
+        if cache is not None:
+            compile_cache.finished(cache, material)
+    finally:
+        if cache is not None:
+            cache.release()
     steps = adapter.start_breakdown(this_launch(log), launched_at)
     said = ", ".join(f"{k[:-2].replace('_', ' ')} {v:.1f} s" for k, v in steps.items())
     progress.note(phase, f"{engine} server ready after {waited:.1f} s (PID {proc.pid}, port {server.port})"
