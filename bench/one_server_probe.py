@@ -47,12 +47,36 @@ async def _generate(url: str, key: str, bodies: list[dict]) -> list:
         return await asyncio.gather(*(one(b) for b in bodies))
 
 
-def serve_and_ask(cfg, sup, phase: str, server, bodies: list[dict], extra: list[str] = (), env: dict | None = None):
+def _readable(files: list[Path]) -> list[dict]:
+    shapes = []
+    for f in files:
+        try:
+            shapes.append({k: t.shape for k, t in read_header(f).tensors.items()})
+        except Exception as e:  # noqa: BLE001 - what the connector left is what is reported
+            shapes.append({"unreadable": f"{type(e).__name__}: {e}"})
+    return shapes
+
+
+def _settled(staging: Path, n: int, timeout_s: float = 30.0) -> None:
+    """Wait (bounded) until the connector has written a readable file per request: it writes after the
+    response has gone back, and a server stopped at once left one file half-written (a CI smoke failure)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        shapes = _readable(sorted(p for p in staging.rglob("*") if p.is_file()))
+        if len(shapes) >= n and all("unreadable" not in s for s in shapes):
+            return
+        time.sleep(0.2)
+
+
+def serve_and_ask(cfg, sup, phase: str, server, bodies: list[dict], extra: list[str] = (), env: dict | None = None,
+                  staging: Path | None = None):
     proc = start_server(sup, cfg, phase, "vllm", server, extra_args=list(extra), env=env)
     try:
         t0 = time.monotonic()
         results = asyncio.run(_generate(base_url(server), api_key(cfg, server, f"{phase}.server"), bodies))
         seconds = time.monotonic() - t0
+        if staging is not None:
+            _settled(staging, len(bodies))
     finally:
         proc.stop()
     tokens = sum(r.completion_tokens for r in results)
@@ -79,14 +103,10 @@ def main() -> int:
         flags = hidden_states.server_args(layers, staging, cpu=cfg.cpu_rehearsal,
                                           scale_out_flag=vllm_accepts(cfg, sup, "--enable-scale-out"))
         extracting, extract_stats = serve_and_ask(cfg, sup, "extract", cfg.extract.server, bodies, flags,
-                                                  hidden_states.server_env(cfg.cpu_rehearsal, cfg.engines.vllm.env))
+                                                  hidden_states.server_env(cfg.cpu_rehearsal, cfg.engines.vllm.env),
+                                                  staging=staging)
         files = sorted(p for p in staging.rglob("*") if p.is_file())
-        shapes = []
-        for f in files:
-            try:
-                shapes.append({k: t.shape for k, t in read_header(f).tensors.items()})
-            except Exception as e:  # noqa: BLE001 - what the connector left is what is reported
-                shapes.append({"unreadable": f"{type(e).__name__}: {e}"})
+        shapes = _readable(files)
     result = {
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "machine": f"{os.uname().nodename} {os.cpu_count()} CPUs",
         "target": str(cfg.target.model), "prompts": n, "max_tokens": m, "layer_ids": layers,
