@@ -38,14 +38,21 @@ class CacheDir:
     key: str
     reused: bool  # an earlier start of the same key finished with this directory
     busy: bool = False  # the key's directory was another start's at the time: this one compiled apart
-    lock_fd: int | None = field(default=None, repr=False)
+    material: dict | None = field(default=None, repr=False)  # what the key hashes; KEY_FILE's content
+    lock_fd: int | None = field(default=None, repr=False)  # held while this start owns the key's directory
 
     def record(self) -> dict:
         return {"dir": str(self.path), "key": self.key, "reused": self.reused, "busy": self.busy}
 
-    def release(self) -> None:
-        """Let the next start of the key in (its compile is done once the server is ready, or it failed)."""
-        if self.lock_fd is not None:
+    def close(self, ready: bool) -> None:
+        """Let the next start of the key in; once this one's server was ready (its compile done), mark the
+        directory complete, which later starts report as reused. A scratch directory is never marked."""
+        if self.lock_fd is None:
+            return
+        try:
+            if ready and not self.reused:
+                atomic_write_json(self.path / KEY_FILE, self.material)
+        finally:
             os.close(self.lock_fd)
             self.lock_fd = None
 
@@ -113,7 +120,7 @@ def user_root() -> Path | None:
 
 def prepare(root: Path, engine: str, material: dict | None, scratch: Path) -> CacheDir:
     """The directory this start compiles into: the key's, created 0700 under `root` and held until
-    `release()`; with no key material, or while another start holds the key, `scratch` (the run's own,
+    `close()`; with no key material, or while another start holds the key, `scratch` (the run's own,
     emptied first: nothing reused)."""
     if material is None:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -135,13 +142,7 @@ def prepare(root: Path, engine: str, material: dict | None, scratch: Path) -> Ca
     except BaseException:
         os.close(fd)
         raise
-    return CacheDir(path, key, (path / KEY_FILE).is_file(), lock_fd=fd)
-
-
-def finished(cache: CacheDir, material: dict | None) -> None:
-    """Mark the key's directory complete once its server started: what later starts report as reused."""
-    if material is not None and not cache.reused:
-        atomic_write_json(cache.path / KEY_FILE, material)
+    return CacheDir(path, key, (path / KEY_FILE).is_file(), material=material, lock_fd=fd)
 
 
 def gpu_names(indices: list[int]) -> list[str]:

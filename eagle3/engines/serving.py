@@ -38,9 +38,8 @@ def start_server(sup: Supervisor, cfg: PipelineConfig, phase: str, engine: str, 
                               if served_name else cfg.target, server, extra_args)
     gpus = list(cfg.gpus if gpus is None else gpus)
     server_env = {**engine_env.env, **(env or {})}
-    cache = material = None
-    if engine_env.compile_cache:
-        cache, material = _compile_dir(cfg, sup, engine, name, argv, server_env, gpus)
+    cache = _compile_dir(cfg, sup, engine, name, argv, server_env, gpus) if engine_env.compile_cache else None
+    if cache is not None:
         server_env.update(adapter.compile_cache_env(cache.path))
     spec = LaunchSpec(
         name=name,
@@ -54,7 +53,7 @@ def start_server(sup: Supervisor, cfg: PipelineConfig, phase: str, engine: str, 
         secrets=[key],
         stop_leader_first=adapter.stop_leader_first,
     )
-    launched_at = time.time()
+    launched_at, ready = time.time(), False
     try:
         proc = sup.launch(spec)
         what = (f"waiting for {engine} server readiness (PID {proc.pid}, port {server.port}, "
@@ -63,11 +62,10 @@ def start_server(sup: Supervisor, cfg: PipelineConfig, phase: str, engine: str, 
         waited = proc.wait_ready([*adapter.readiness(server, log), OwnListener(server.port, proc.entry.pgid)],
                                  timeout_s=server.startup_timeout_s,
                                  on_wait=lambda s: progress.waiting(phase, what, s))
-        if cache is not None:
-            compile_cache.finished(cache, material)
+        ready = True
     finally:
         if cache is not None:
-            cache.release()
+            cache.close(ready)
     steps = adapter.start_breakdown(this_launch(log), launched_at)
     said = ", ".join(f"{k[:-2].replace('_', ' ')} {v:.1f} s" for k, v in steps.items())
     progress.note(phase, f"{engine} server ready after {waited:.1f} s (PID {proc.pid}, port {server.port})"
@@ -81,14 +79,14 @@ def start_server(sup: Supervisor, cfg: PipelineConfig, phase: str, engine: str, 
 
 
 def _compile_dir(cfg: PipelineConfig, sup: Supervisor, engine: str, name: str, argv: list[str],
-                 env: dict[str, str], gpus: list[int]) -> tuple[compile_cache.CacheDir, dict | None]:
-    """Where this start compiles, and the key material (None: no probed version, so nothing is reused)."""
+                 env: dict[str, str], gpus: list[int]) -> compile_cache.CacheDir:
+    """Where this start compiles (with no probed version, a scratch dir: nothing is reused)."""
     # Only a probe the preflight already ran: a start never waits on one (a phase run alone gets no key).
     versions = (probe.inspect_engine(cfg, sup, engine, cached_only=True) or {}).get("versions")
     material = compile_cache.key_material(engine, versions, argv, env, cfg.target.model,
                                           compile_cache.gpu_names(gpus)) if versions else None
     root = compile_cache.user_root() or cfg.layout.compile_cache
-    return compile_cache.prepare(root, engine, material, cfg.layout.compile_scratch(name)), material
+    return compile_cache.prepare(root, engine, material, cfg.layout.compile_scratch(name))
 
 
 def this_launch(log: Path, limit: int = 4 * 1024 * 1024) -> str:

@@ -80,11 +80,10 @@ def test_a_key_is_reused_only_after_a_start_finished_with_it(tmp_path, model):
     first = cc.prepare(tmp_path / "cache", "vllm", material, tmp_path / "scratch")
     assert not first.reused and first.path.parent == tmp_path / "cache" / "vllm"
     assert stat.S_IMODE(first.path.stat().st_mode) == 0o700
-    first.release()  # the first start failed before it was ready
+    first.close(ready=False)  # the first start failed before it was ready
     again = cc.prepare(tmp_path / "cache", "vllm", material, tmp_path / "scratch")
     assert again.path == first.path and not again.reused
-    cc.finished(again, material)
-    again.release()
+    again.close(ready=True)
     third = cc.prepare(tmp_path / "cache", "vllm", material, tmp_path / "scratch")
     assert third.reused and json.loads((third.path / cc.KEY_FILE).read_text()) == material
     other = cc.key_material("vllm", {**VERSIONS, "vllm": "0.32.0"}, argv(model), {}, model, [])
@@ -99,12 +98,13 @@ def test_a_second_start_of_a_key_in_use_compiles_apart_until_the_first_releases_
     second = cc.prepare(tmp_path / "cache", "vllm", material, tmp_path / "scratch-b")
     assert second.busy and second.path == tmp_path / "scratch-b" and not second.reused
     assert second.record()["busy"] is True and first.record()["busy"] is False
-    cc.finished(first, material)
-    first.release()
+    second.close(ready=True)  # a scratch dir is never marked: nothing there outlives this start
+    assert not (second.path / cc.KEY_FILE).exists()
+    first.close(ready=True)
     third = cc.prepare(tmp_path / "cache", "vllm", material, tmp_path / "scratch-c")
     assert third.path == first.path and third.reused and not third.busy
-    third.release()
-    third.release()  # twice is harmless
+    third.close(ready=True)
+    third.close(ready=True)  # twice is harmless
 
 
 def test_without_a_probed_version_a_start_compiles_in_an_emptied_scratch_dir(tmp_path):
