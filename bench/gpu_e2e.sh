@@ -15,8 +15,8 @@
 #   bash bench/gpu_e2e.sh RESULTS record     # rebuild RESULTS/gpu-e2e-summary.json and the raw record
 #   bash bench/gpu_e2e.sh RESULTS run-files  # RESULTS/run-files.tar.gz alone: every run's small files
 #   bash bench/gpu_e2e.sh RESULTS drafter-out  # the real run's drafter, less its embed_tokens copy, in pieces
-#   bash bench/gpu_e2e.sh RESULTS session    # one device session in one background step: real, then the handoff
-#                                            # bench, the data-generation client ratio, the drafter (as time allows)
+#   bash bench/gpu_e2e.sh RESULTS session    # one device session in one background step: real (with the noise
+#                                            # sampler beside it), a rerun, the handoff bench, the drafter (as time allows)
 #   KS="2 4" bash bench/gpu_e2e.sh RESULTS ksweep  # the real run's drafter benchmarked at more k (one round,
 #                                            # concurrency 1): each k's measured step cost
 #
@@ -187,19 +187,26 @@ PY
     # One session's worth, most important first; each later part only if DEADLINE (epoch seconds) leaves
     # it the time it needs, so the last command still brings back a complete record.
     left() { echo $(( ${DEADLINE:-9999999999} - $(date +%s) )); }
+    # The machine's state beside the benchmark's timings (issue 37: what moves a window's speed). It only
+    # reads NVML and /proc; this step started it, and ends it by its PID.
+    PYTHONPATH="$PACK_PATH" python3 "$REPO/bench/noise_sampler.py" sample "$RESULTS/noise-samples.jsonl" \
+      --interval 0.5 > "$RESULTS/noise-sampler.log" 2>&1 &
+    sampler=$!
     run_config "$REPO/configs/h200-smollm2.yaml" "$RESULTS/run-real.log"; rc=$?
+    kill -TERM "$sampler" 2>/dev/null; wait "$sampler"
+    [ -s "$REPO/runs/h200-smollm2/bench/results.json" ] &&
+      PYTHONPATH="$PACK_PATH" python3 "$REPO/bench/noise_sampler.py" explain "$RESULTS/noise-samples.jsonl" \
+        "$REPO/runs/h200-smollm2/bench/results.json" --json "$RESULTS/noise-explain.json" > /dev/null 2>&1
+    # A rerun of the same config (issue 39: time from `eagle3 run` to its first phase on a rerun): every
+    # finished phase is skipped, and a failed benchmark reuses its finished servers (no server starts).
+    if [ "$(left)" -gt 150 ]; then
+      BUDGET_S=120 run_config "$REPO/configs/h200-smollm2.yaml" "$RESULTS/run-rerun.log"
+    fi
     if [ "$(left)" -gt 90 ]; then
       t0=$(date +%s.%N)
       PYTHONPATH="$PACK_PATH" python3 "$REPO/bench/handoff_bench.py" --pack-rounds 10 --ritual-rounds 1 \
         --out "$RESULTS/handoff-h200.json" > "$RESULTS/handoff-h200.log" 2>&1
       event "\"part\": \"handoff-bench\", \"rc\": $?, \"seconds\": $(since "$t0")"
-    fi
-    if [ "$(left)" -gt 300 ]; then
-      t0=$(date +%s.%N)
-      PYTHONPATH="$PACK_PATH" python3 "$REPO/bench/datagen_vs_vllm_bench.py" --config "$REPO/configs/h200-smollm2.yaml" \
-        --rounds 3 --num-prompts 2048 --concurrency 512 --max-tokens 128 --no-record \
-        --json "$RESULTS/datagen-vs-vllm-h200.json" > "$RESULTS/datagen-vs-vllm-h200.log" 2>&1
-      event "\"part\": \"datagen-vs-vllm\", \"rc\": $?, \"seconds\": $(since "$t0")"
     fi
     bash "$0" "$RESULTS" drafter-out > "$RESULTS/drafter-out.log" 2>&1
     event "\"ended\": true, \"rc\": $rc"

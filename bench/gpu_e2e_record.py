@@ -113,9 +113,23 @@ def heldout(bench: dict) -> dict | None:
                                  "baseline": next((b.get("mean_tpot_ms") for b in rows
                                                    if b["k"] == 0 and b["concurrency"] == c), None)}
                         for c, r in sorted(by_c.items())},
+            "per_k": per_k(bench),
             "prompts": {key: (bench.get("prompts") or {}).get(key) for key in ("path", "selection", "count")},
             "drafter": {key: (bench.get("drafter") or {}).get(key) for key in ("path", "trained", "status", "data")},
             "gate": (bench.get("gate") or {}).get("status")}
+
+
+def per_k(bench: dict) -> dict:
+    """Every k measured: its acceptance, and per concurrency its speedup (with interval and verdict),
+    TPOT, the step cost in plain steps and the acceptance length 1.3x would need at that cost."""
+    rows, out = bench.get("table") or [], {}
+    for k in sorted({r["k"] for r in rows if r["k"]}):
+        acc = (bench.get("acceptance_by_k") or {}).get(str(k)) or {}
+        out[str(k)] = {"acceptance_length": acc.get("acceptance_length"), "by_concurrency": {
+            str(r["concurrency"]): {key: r.get(key) for key in ("speedup", "speedup_ci", "verdict", "mean_tpot_ms",
+                                                               "output_tok_s", "step_cost", "length_needed")}
+            for r in rows if r["k"] == k}}
+    return out
 
 
 def _log_key(path: str) -> tuple:

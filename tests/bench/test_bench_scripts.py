@@ -20,7 +20,7 @@ from tests.conftest import REPO
 pytestmark = pytest.mark.timeout(600)
 SMOKED = {"datagen_vs_vllm_bench.py", "datagen_client_split.py", "handoff_bench.py", "devfile_probe.py", "flow_overhead_bench.py",
           "parity_probe.py", "record_bench_history.py", "gpu_e2e_record.py",  # gpu_e2e_record: tests/bench/test_gpu_record.py
-          "fanout_bench.py", "first_phase_bench.py", "one_server_probe.py"}  # fanout_bench: tests/flows/test_fanout.py, on that test's two nodes
+          "fanout_bench.py", "first_phase_bench.py", "one_server_probe.py", "noise_sampler.py"}  # fanout_bench: tests/flows/test_fanout.py, on that test's two nodes
 SHELL = {"gpu_carry.sh", "gpu_e2e.sh", "gpu_pack_deps.sh", "gpu_sglang.sh", "gpu_sglang_deps.sh", "gpu_wait.sh",
          "run_on_gpu.sh"}
 engine = [pytest.mark.slow, pytest.mark.engine]
@@ -51,6 +51,14 @@ def test_handoff_bench_smoke():
     res = _script("handoff_bench.py", "--smoke", timeout=120)
     result = json.loads(res.stdout[res.stdout.index("{"):])
     assert result["pack_rounds"] == result["ritual_rounds"] == 1 and "not a measurement" in result["smoke"]
+
+
+def test_noise_sampler_smoke():
+    res = _script("noise_sampler.py", "--smoke", timeout=60)
+    result = json.loads(res.stdout)
+    # Four samples taken, and the one stand-in request lies within them: explain matched it to samples.
+    assert result["sampled"] == 4 and result["explain"]["samples"] == 4
+    assert result["explain"]["servers"]["baseline"]["requests"] == 1
 
 
 def test_first_phase_bench_smoke():
