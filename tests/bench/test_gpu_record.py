@@ -66,3 +66,28 @@ def test_the_summary_says_what_the_issue_asks_and_labels_it():
     assert h["k"] == 3 and h["prompts"]["path"].endswith("configs/prompts/generated/heldout.jsonl")
     assert h["drafter"]["trained"] is True and h["drafter"]["data"]["samples"] == 4096
     assert "a drafter trained by this run" in s["labels"] and "H200" in s["labels"]
+
+
+def test_the_real_model_record_has_every_k_with_its_step_cost(tmp_path):
+    """The 2026-12-04 run4 record (real SmolLM2 target, k=2 and 3): rebuilt from its committed run files,
+    each k's acceptance and, per concurrency, speedup, interval, verdict and step cost are what the
+    committed summary says, and each step cost is TPOT x acceptance length / the baseline's TPOT."""
+    raw = RESULTS / "smollm2-h200-20261204-run4"
+    runs, results = tmp_path / "runs", tmp_path / "results"
+    with tarfile.open(raw / "run-files.tar.gz") as tar:
+        _extract(tar, runs)
+    results.mkdir()
+    for name in ("machine.txt", "events.jsonl"):
+        shutil.copy(raw / name, results / name)
+    res = subprocess.run([sys.executable, str(REPO / "bench" / "gpu_e2e_record.py"), "--results", str(results),
+                          "--run", f"real={runs / 'h200-smollm2'}"], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert res.returncode == 0, res.stderr
+    made = json.loads((results / "gpu-e2e-summary.json").read_text())["heldout"]
+    committed = json.loads((raw / "gpu-e2e-summary.json").read_text())["heldout"]
+    assert made["per_k"] == committed["per_k"] and set(made["per_k"]) == {"2", "3"}
+    bench = json.loads((runs / "h200-smollm2" / "bench" / "results.json").read_text())
+    base = {r["concurrency"]: r["mean_tpot_ms"] for r in bench["table"] if r["k"] == 0}
+    for k, row in made["per_k"].items():
+        for c, fig in row["by_concurrency"].items():
+            expected = fig["mean_tpot_ms"] * row["acceptance_length"] / base[int(c)]
+            assert abs(fig["step_cost"] / expected - 1) < 0.01, (k, c)  # the table's TPOT is rounded
