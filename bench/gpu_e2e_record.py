@@ -107,6 +107,8 @@ def heldout(bench: dict) -> dict | None:
             "verdict": {str(c): r.get("verdict") for c, r in sorted(by_c.items())},
             "windows": {str(c): r.get("windows", 1) for c, r in sorted(by_c.items())},
             "aa": (bench.get("aa") or {}).get("status"),
+            "aa_twin": {key: (bench.get("aa_twin") or {}).get(key) for key in ("status", "noise_floor_pct", "rows")}
+            if bench.get("aa_twin") else None,
             "step_cost": {str(c): r.get("step_cost") for c, r in sorted(by_c.items())},
             "length_needed_for_1_3x": {str(c): r.get("length_needed") for c, r in sorted(by_c.items())},
             "tpot_ms": {str(c): {"k": r.get("mean_tpot_ms"),

@@ -358,8 +358,30 @@ UNREACHABLE = [
     ("request-extra-inf", {"datagen.request_extra": {"x": float("inf")}}, "datagen.request_extra", "inf"),
 ]
 
+# bench.schedule interleaved runs every benchmark server at once (baseline and k = 1, 3 here: 3 servers).
+INTERLEAVED = {"bench.schedule": "interleaved"}
+ON_GPU = {**INTERLEAVED, "gpus": [0]}
+CAP = "bench.server.extra_args"
+INTERLEAVED_CASES = [
+    ("gpu-uncapped", ON_GPU, CAP, "add [--gpu-memory-utilization, '0.30']"),
+    ("gpu-over-budget", {**ON_GPU, CAP: ["--gpu-memory-utilization", "0.5"]}, CAP, "1.50 of each GPU, over 0.9"),
+    ("gpu-cap-not-a-number", {**ON_GPU, CAP: ["--gpu-memory-utilization=lots"]}, CAP, "not a number"),
+    ("sglang-uncapped", {**ON_GPU, **SGLANG, "bench.engine": "sglang"}, CAP, "--mem-fraction-static"),
+    ("port-is-datagens", {**INTERLEAVED, "bench.server.port": 18600}, "bench.server.port",
+     "k=1 on port 18601, which is also datagen.server.port"),
+    ("port-is-handoffs", {**INTERLEAVED, "handoff.extra_ports": [18605]}, "bench.server.port",
+     "k=3 on port 18605, which is also handoff.extra_ports"),
+    ("ports-beyond-65535", {**INTERLEAVED, "bench.server.port": 65534}, "bench.server.port", "beyond 65535"),
+    ("twin-without-interleaving", {"bench.aa_twin": True}, "bench.aa_twin", "set bench.schedule: interleaved"),
+    ("twin-port-is-datagens", {**INTERLEAVED, "bench.aa_twin": True, "bench.server.port": 18598}, "bench.server.port",
+     "the baseline's twin on port 18601, which is also datagen.server.port"),
+    ("gpu-twin-over-budget", {**ON_GPU, "bench.aa_twin": True, CAP: ["--gpu-memory-utilization", "0.25"]}, CAP,
+     "0.25 x 4 servers = 1.00 of each GPU"),
+]
+
 CLASSES = {"strict-scalar": STRICT_SCALARS, "run-dir": RUN_DIRS, "input-file": INPUT_FILES,
-           "managed-flag": MANAGED_FLAGS, "bound": BOUNDS, "unreachable": UNREACHABLE}
+           "managed-flag": MANAGED_FLAGS, "bound": BOUNDS, "unreachable": UNREACHABLE,
+           "interleaved": INTERLEAVED_CASES}
 CASES = [(f"{cls}/{case[0]}", *case[1:]) for cls, cases in CLASSES.items() for case in cases]
 
 
@@ -513,3 +535,14 @@ def test_allow_remote_leaves_the_fingerprints_alone(tmp_path, base):
     assert b.bench.server.allow_remote and not a.bench.server.allow_remote
     assert [a.fingerprint(p) for p in (None, "datagen", "extract", "bench")] == \
         [b.fingerprint(p) for p in (None, "datagen", "extract", "bench")]
+
+
+def test_an_interleaved_schedule_claims_one_port_per_server_and_fits_the_gpu(make_config):
+    """Capped within the budget, the interleaved schedule validates; its servers' ports (the baseline's,
+    then one per k) are all the bench phase's, so a handoff and the preflight prove each free."""
+    cfg = make_config({"gpus": [0], "bench": {"schedule": "interleaved", "server": {
+        "port": 18700, "extra_args": ["--gpu-memory-utilization", "0.3"]}}}, check_files=False)
+    assert cfg.bench.server_ports() == [18700, 18701, 18702]
+    assert {18700, 18701, 18702} <= set(cfg.phase_ports("bench"))
+    sequential = make_config({"bench": {"server": {"port": 18700}}}, check_files=False)
+    assert sequential.bench.server_ports() == [18700] and 18701 not in sequential.phase_ports("bench")

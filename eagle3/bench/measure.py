@@ -156,6 +156,82 @@ def _measure_window(cfg: PipelineConfig, client, proc: Process, paths: BenchPath
                          f"{url}; stop it, or give the benchmark server another port (bench.server.port), and rerun")
 
 
+class BenchServer:
+    """One benchmark server: its load client and the server itself started together, a warm-up, then
+    windows on demand, and a stop. Its record is the phase's per-server schema (bench.py)."""
+
+    def __init__(self, cfg: PipelineConfig, sup: Supervisor, label: str, k: int, drafter: str | None,
+                 warmup_texts: list[str], port: int | None = None, instance: str = "", twin: bool = False):
+        self.cfg, self.sup, self.label, self.k, self.warmup_texts = cfg, sup, label, k, warmup_texts
+        self.paths = BenchPaths.of(cfg)
+        b = cfg.bench
+        self.server = b.server if port is None else b.server.model_copy(update={"port": port})
+        self.url = base_url(self.server)
+        self.extra = engine_registry.get(b.engine).spec_args(Path(drafter), k) if k else []
+        self.instance, self.twin = instance, twin
+        self.client = self.proc = None
+        self.record: dict = {}
+
+    def start(self) -> None:
+        cfg, b = self.cfg, self.cfg.bench
+        engine = engine_registry.get(b.engine)
+        self.client = _open_client(cfg, self.sup, self.paths, self.label)
+        t0 = time.monotonic()
+        try:
+            self.proc = start_server(self.sup, cfg, PHASE, b.engine, self.server, self.extra, instance=self.instance)
+        except BaseException:
+            self.client.stop()
+            raise
+        self.record = {"label": self.label, "k": self.k, **({"twin": True} if self.twin else {}),
+                       "startup_s": round(time.monotonic() - t0, 3),
+                       "argv": self.proc.spec.shown_argv(), "log": str(self.proc.spec.log),
+                       "engine_version": engine_version(self.url, engine.version_paths, _headers(cfg))}
+        if self.server.port != b.server.port:
+            self.record["port"] = self.server.port
+        self._at_ready = _snapshot(cfg, self.url, self.k)
+        progress.step(PHASE, f"{self.label}: warm-up ({b.warmup_prompts} requests, not measured)")
+        self.record["warmup"] = _warmup(cfg, self.url, self.warmup_texts)
+        self.record["windows"] = []
+
+    def window(self, c: int, dataset: Path, num_prompts: int, repeat: int, **marks) -> dict:
+        tag = f"-w{repeat}" if self.cfg.bench.windows > 1 else ""
+        w = _measure_window(self.cfg, self.client, self.proc, self.paths, self.url, self.label, self.k, c, dataset,
+                            num_prompts, tag=tag)
+        w = {**w, "repeat": repeat, **marks}
+        self.record["windows"].append(w)
+        return w
+
+    def probes(self, probes: list[dict]) -> None:
+        b, self.record["probes"] = self.cfg.bench, []
+        for p in probes if self.k else ():
+            progress.step(PHASE, f"{self.label}: acceptance on {p['name']} ({p['count']} prompts)")
+            c = min(max(b.concurrency), p["count"])
+            self.record["probes"].append({"name": p["name"], "kind": p["kind"], "count": p["count"], "ids": p["ids"],
+                                          "window": _measure_window(self.cfg, self.client, self.proc, self.paths,
+                                                                    self.url, self.label, self.k, c, p["dataset"],
+                                                                    p["count"], tag=f"-{p['slug']}")})
+
+    def finish(self) -> None:
+        """The counters at the end, and proof the server is still alive after its last window."""
+        at_ready, traffic_at_ready = self._at_ready
+        at_stop, traffic_at_stop = _snapshot(self.cfg, self.url, self.k, before=False)
+        r = self.record
+        r["counters_at_ready"] = at_ready.to_dict() if at_ready else None
+        r["counters_at_stop"] = at_stop.to_dict() if at_stop else None
+        r["traffic_at_ready"] = traffic_at_ready.to_dict() if traffic_at_ready else None
+        r["traffic_at_stop"] = traffic_at_stop.to_dict() if traffic_at_stop else None
+        if self.k and r["windows"] and "server_avg_accept_length_since_start" in r["windows"][-1]:
+            r["accept_length_final"] = r["windows"][-1]["server_avg_accept_length_since_start"]
+        self.proc.check_alive()
+
+    def stop(self) -> None:
+        if self.client is not None:
+            self.client.stop()
+        if self.proc is not None:
+            stopped = self.proc.stop()
+            self.record["stop"] = {"signal": stopped.signal, "seconds": stopped.seconds, "clean": stopped.clean}
+
+
 def measure_server(cfg: PipelineConfig, sup: Supervisor, label: str, k: int, drafter: str | None,
                    dataset: Path, num_prompts: int, warmup_texts: list[str],
                    on_window: Callable[[], None] = lambda: None,
@@ -164,51 +240,51 @@ def measure_server(cfg: PipelineConfig, sup: Supervisor, label: str, k: int, dra
     warm it up, run the load generator once per concurrency, then once per probe (acceptance on a
     prompt subset: the parity sample, each category; speculative servers only), and stop it.
     Returns its record. before_window(concurrency) and on_window() are called around each window."""
-    b = cfg.bench
-    paths = BenchPaths.of(cfg)
-    engine = engine_registry.get(b.engine)
-    extra = engine.spec_args(Path(drafter), k) if k else []
-    client = _open_client(cfg, sup, paths, label)
-    t0 = time.monotonic()
+    server = BenchServer(cfg, sup, label, k, drafter, warmup_texts)
     try:
-        proc = start_server(sup, cfg, PHASE, b.engine, b.server, extra)
-    except BaseException:
-        client.stop()
-        raise
-    startup_s = round(time.monotonic() - t0, 3)
-    url = base_url(b.server)
-    try:
-        record = {"label": label, "k": k, "startup_s": startup_s, "argv": proc.spec.shown_argv(),
-                  "log": str(proc.spec.log), "engine_version": engine_version(url, engine.version_paths, _headers(cfg))}
-        at_ready, traffic_at_ready = _snapshot(cfg, url, k)
-        progress.step(PHASE, f"{label}: warm-up ({b.warmup_prompts} requests, not measured)")
-        record["warmup"] = _warmup(cfg, url, warmup_texts)
-        windows = []
-        for repeat in range(1, b.windows + 1):  # interleaved: drift within a server hits every concurrency alike
-            for c in b.concurrency:
+        server.start()
+        # Concurrencies interleaved: drift within a server hits every concurrency alike.
+        for repeat in range(1, cfg.bench.windows + 1):
+            for c in cfg.bench.concurrency:
                 before_window(c)
-                w = _measure_window(cfg, client, proc, paths, url, label, k, c, dataset, num_prompts,
-                                    tag=f"-w{repeat}" if b.windows > 1 else "")
-                windows.append({**w, "repeat": repeat})
+                server.window(c, dataset, num_prompts, repeat)
                 on_window()
-        record["windows"] = windows
-        record["probes"] = []
-        for p in probes if k else ():
-            progress.step(PHASE, f"{label}: acceptance on {p['name']} ({p['count']} prompts)")
-            c = min(max(b.concurrency), p["count"])
-            record["probes"].append({"name": p["name"], "kind": p["kind"], "count": p["count"], "ids": p["ids"],
-                                     "window": _measure_window(cfg, client, proc, paths, url, label, k, c,
-                                                               p["dataset"], p["count"], tag=f"-{p['slug']}")})
-        at_stop, traffic_at_stop = _snapshot(cfg, url, k, before=False)
-        record["counters_at_ready"] = at_ready.to_dict() if at_ready else None
-        record["counters_at_stop"] = at_stop.to_dict() if at_stop else None
-        record["traffic_at_ready"] = traffic_at_ready.to_dict() if traffic_at_ready else None
-        record["traffic_at_stop"] = traffic_at_stop.to_dict() if traffic_at_stop else None
-        if k and "server_avg_accept_length_since_start" in windows[-1]:
-            record["accept_length_final"] = windows[-1]["server_avg_accept_length_since_start"]
-        proc.check_alive()
+        server.probes(list(probes))
+        server.finish()
     finally:
-        client.stop()
-        record_stop = proc.stop()
-    record["stop"] = {"signal": record_stop.signal, "seconds": record_stop.seconds, "clean": record_stop.clean}
-    return record
+        server.stop()
+    return server.record
+
+
+def measure_interleaved(cfg: PipelineConfig, sup: Supervisor, plan: list[tuple[str, int, bool]], drafter: str,
+                        dataset: Path, num_prompts: int, warmup_texts: list[str], round_: int,
+                        on_window: Callable[[], None] = lambda: None,
+                        before_window: Callable[[str, int, int], None] = lambda label, k, concurrency: None,
+                        probes: list[dict] = ()) -> list[dict]:
+    """bench.schedule interleaved: every (label, k, twin) of `plan` served at once, each on its own port
+    (bench.server_ports()), started one after another; then each window slot (repeat, concurrency)
+    measures every server in turn, the order rotated by one each repeat, so drift lands on every config
+    alike and each k's window pairs with the baseline's window of its slot ("slot", stats.py). Every
+    server is stopped, whatever happened. Returns their records, in plan order."""
+    ports = cfg.bench.server_ports()
+    servers = [BenchServer(cfg, sup, label, k, drafter if k else None, warmup_texts, port=port, twin=twin,
+                           instance=f"k{k}" if k else "baseline-twin" if twin else "baseline")
+               for (label, k, twin), port in zip(plan, ports)]
+    try:
+        for server in servers:
+            server.start()
+        for repeat in range(1, cfg.bench.windows + 1):
+            turn = (repeat - 1) % len(servers)
+            order = servers[turn:] + servers[:turn]
+            for c in cfg.bench.concurrency:
+                for server in order:
+                    before_window(server.label, server.k, c)
+                    server.window(c, dataset, num_prompts, repeat, slot=f"r{round_}w{repeat}")
+                    on_window()
+        for server in servers:
+            server.probes(list(probes))
+            server.finish()
+    finally:
+        for server in servers:
+            server.stop()
+    return [s.record for s in servers]

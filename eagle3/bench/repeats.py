@@ -5,9 +5,11 @@ windows and, more, between server starts (on the H200, two runs minutes apart di
 while their acceptance was identical). So a speed figure is the mean over repeated windows
 (bench.windows per server, bench.rounds server starts in A B A B order), its interval a Student t
 interval over those windows, and a speedup the ratio of two such means with a Welch interval on the
-log scale. A comparison is decided only when its interval excludes 1; otherwise it is undecided, and
-the verdict says about how many more windows per side would likely decide it. Nothing is decided on
-one window: one window has no spread to judge by.
+log scale; with bench.schedule interleaved, where each window slot holds one window of every config
+back to back, the ratio is taken slot by slot (paired), so drift common to a slot cancels. A
+comparison is decided only when its interval excludes 1; otherwise it is undecided, and the verdict
+says about how many more windows per side would likely decide it. Nothing is decided on one window:
+one window has no spread to judge by.
 """
 
 from __future__ import annotations
@@ -77,6 +79,24 @@ def ratio_interval(num: list[float], den: list[float]) -> dict:
     return {"value": r, "lo": r * math.exp(-half), "hi": r * math.exp(half), "n": [nn, nd], "df": round(df, 2)}
 
 
+def paired_ratio_interval(pairs: list[tuple[float, float]]) -> dict:
+    """The ratio of two configs measured in the same window slots (bench.schedule interleaved: in each
+    slot one window of each, back to back): the geometric mean of the slots' ratios, with a 95 % t
+    interval over their logs. Drift that moves both windows of a slot alike cancels in that slot's
+    ratio instead of widening both sides' spread. Needs >= 2 slots."""
+    logs = [math.log(a / b) for a, b in pairs if a and b and a > 0 and b > 0]
+    n = len(logs)
+    if not n:
+        return {"value": None, "lo": None, "hi": None, "n": [0, 0], "df": None, "method": "paired"}
+    m, sd = mean_sd(logs)
+    r = math.exp(m)
+    if sd is None:
+        return {"value": r, "lo": None, "hi": None, "n": [1, 1], "df": None, "method": "paired"}
+    half = t975(n - 1) * sd / math.sqrt(n)
+    return {"value": r, "lo": r * math.exp(-half), "hi": r * math.exp(half), "n": [n, n], "df": n - 1,
+            "method": "paired"}
+
+
 def verdict(ratio: dict) -> dict:
     """faster (the interval lies above 1), not faster (below 1), or undecided, with why and, when
     undecided, about how many more windows per side would likely decide it at the same spread."""
@@ -112,6 +132,8 @@ def rounds_agree(runs: list[dict]) -> dict:
     server-start noise larger than the windows show), "undecided" without intervals (1 window)."""
     by_point: dict[tuple[int, int], dict[int, list[float]]] = {}
     for r in runs:
+        if r.get("twin"):  # the in-round A/A server is judged by twin_agrees
+            continue
         for w in r["windows"]:
             by_point.setdefault((r["k"], w["concurrency"]), {}).setdefault(r.get("round", 1), []).append(
                 w["load"]["output_throughput"])
@@ -143,6 +165,37 @@ def rounds_agree(runs: list[dict]) -> dict:
             "message": f"every later round within the noise of round 1 ({len(rows)} comparisons): no change seen, "
                        f"but only a change beyond ±{resolution:.0f} % would have shown (the widest interval); "
                        "more windows per round sharpen the check"}
+
+
+def twin_agrees(runs: list[dict]) -> dict:
+    """The A/A check of bench.aa_twin: a second baseline server measured in every window slot beside
+    the baseline (schedule interleaved). Per concurrency, its tok/s over the baseline's, paired slot by
+    slot: it must show no change ("agree", every interval contains 1; "differ" otherwise), and the
+    widest interval's half-width is the noise floor of a paired speedup on this machine."""
+    twins = [r for r in runs if r.get("twin")]
+    base = [r for r in runs if not r["k"] and not r.get("twin")]
+    rows = []
+    for c in sorted({w["concurrency"] for r in twins for w in r["windows"]}):
+        slot_tok = lambda servers: {w["slot"]: w["load"]["output_throughput"]  # noqa: E731
+                                    for r in servers for w in r["windows"] if w["concurrency"] == c}
+        mine, theirs = slot_tok(twins), slot_tok(base)
+        ratio = paired_ratio_interval([(mine[s], theirs[s]) for s in mine if s in theirs])
+        ci = None if ratio["lo"] is None else [_rounded(ratio["lo"]), _rounded(ratio["hi"])]
+        rows.append({"concurrency": c, "slots": ratio["n"][0], "ratio": _rounded(ratio["value"]), "ci": ci,
+                     "agrees": None if ci is None else ci[0] <= 1 <= ci[1],
+                     "half_width_pct": None if ci is None else round(max(ci[1] - 1, 1 - ci[0]) * 100, 2)})
+    if not rows or any(r["agrees"] is None for r in rows):
+        return {"status": "undecided", "rows": rows, "message": "the twin needs two window slots or more"}
+    widest = max(r["half_width_pct"] for r in rows)
+    shown = ", ".join(f"c={r['concurrency']}: {r['ratio']:.3f} [{r['ci'][0]:.3f}, {r['ci'][1]:.3f}]" for r in rows)
+    if any(not r["agrees"] for r in rows):
+        return {"status": "differ", "rows": rows, "noise_floor_pct": widest,
+                "message": f"the same config on two servers at once differed beyond its paired interval ({shown}): "
+                           "the two servers are not alike (placement, warm-up); no speedup here is to be trusted "
+                           "to better than that"}
+    return {"status": "agree", "rows": rows, "noise_floor_pct": widest,
+            "message": f"the baseline's twin within the noise of the baseline ({shown}): a paired speedup here "
+                       f"resolves changes beyond ±{widest:.1f} %"}
 
 
 def _rounded(v: float | None) -> float | None:

@@ -35,7 +35,9 @@ def markdown(results: dict, plot_name: str | None = None) -> str:
         f"- acceptance: {results['acceptance_source']}",
         "",
         f"- repeats: {results.get('windows', 1)} window(s) per server and concurrency, {results.get('rounds', 1)} "
-        "round(s) of server starts; each figure is the mean over its windows, [95 % interval] over them",
+        "round(s) of server starts; each figure is the mean over its windows, [95 % interval] over them"
+        + ("; every server of a round ran at once and their windows took turns (schedule interleaved): each "
+           "speedup is paired slot by slot" if results.get("schedule") == "interleaved" else ""),
         "",
         "| config | concurrency | output tok/s | speedup | speedup [95 %] | verdict | mean TPOT ms | TPOT speedup | "
         "acceptance % | acceptance length | per position % | windows | failed |",
@@ -71,15 +73,7 @@ def markdown(results: dict, plot_name: str | None = None) -> str:
     lines += ["", f"**Acceptance gate** ({gate['status']}): {gate['message']}"]
     if gate["likely_causes"]:
         lines += ["", "Likely causes:", *[f"- {c}" for c in gate["likely_causes"]]]
-    if results.get("aa"):
-        aa = results["aa"]
-        lines += ["", f"**A/A check** ({aa['status']}): {aa['message']}"]
-        if aa["rows"]:
-            lines += ["", "| config | concurrency | round | tok/s vs round 1 [95 %] | agrees |", "|---|---:|---:|---|---|"]
-            for r in aa["rows"]:
-                ci = f" [{r['ci'][0]:.3f}, {r['ci'][1]:.3f}]" if r["ci"] else " [no interval]"
-                lines.append(f"| {'k=' + str(r['k']) if r['k'] else 'baseline'} | {r['concurrency']} | {r['round']} | "
-                             f"{r['ratio']:.3f}{ci} | {'—' if r['agrees'] is None else ('yes' if r['agrees'] else 'no')} |")
+    lines += aa_markdown(results)
     lines += gates_markdown(results.get("parity"), results.get("categories") or [])
     if results.get("watch"):
         lines += watch_markdown(results["watch"])
@@ -89,6 +83,31 @@ def markdown(results: dict, plot_name: str | None = None) -> str:
         lines += ["", f"![throughput, TPOT and acceptance]({plot_name})"]
     return "\n".join(lines) + "\n"
 
+
+
+def aa_markdown(results: dict) -> list[str]:
+    """The A/A checks: rounds against round 1 (bench.rounds), the baseline's twin (bench.aa_twin)."""
+    lines: list[str] = []
+    if results.get("aa"):
+        aa = results["aa"]
+        lines += ["", f"**A/A check** ({aa['status']}): {aa['message']}"]
+        if aa["rows"]:
+            lines += ["", "| config | concurrency | round | tok/s vs round 1 [95 %] | agrees |", "|---|---:|---:|---|---|"]
+            lines += [f"| {'k=' + str(r['k']) if r['k'] else 'baseline'} | {r['concurrency']} | {r['round']} | "
+                      f"{_compared(r)} |" for r in aa["rows"]]
+    if results.get("aa_twin"):
+        twin = results["aa_twin"]
+        lines += ["", f"**A/A check, the baseline's twin** ({twin['status']}): {twin['message']}"]
+        if twin["rows"]:
+            lines += ["", "| concurrency | slots | twin / baseline, paired [95 %] | agrees |", "|---:|---:|---|---|"]
+            lines += [f"| {r['concurrency']} | {r['slots']} | {_compared(r)} |" for r in twin["rows"]]
+    return lines
+
+
+def _compared(row: dict) -> str:
+    """An A/A row's ratio [interval] | whether it agrees."""
+    ci = f" [{row['ci'][0]:.3f}, {row['ci'][1]:.3f}]" if row["ci"] else " [no interval]"
+    return f"{row['ratio']:.3f}{ci} | {'—' if row['agrees'] is None else ('yes' if row['agrees'] else 'no')}"
 
 def plot_png(results: dict) -> bytes:
     """Throughput and TPOT vs concurrency (baseline and each k), and per-position acceptance."""

@@ -9,7 +9,7 @@ Inputs are the JSON-ready server runs the bench phase records (see eagle3/phases
 from __future__ import annotations
 
 from ..engines.metrics import SpecCounters, acceptance
-from .repeats import FASTER, NOT_FASTER, UNDECIDED, mean_interval, ratio_interval, verdict
+from .repeats import FASTER, NOT_FASTER, UNDECIDED, mean_interval, paired_ratio_interval, ratio_interval, verdict
 
 # What makes a trained drafter's acceptance collapse (docs/FACTS.md §2, §7, §8 F4/F7).
 LIKELY_CAUSES = [
@@ -71,6 +71,8 @@ def windows_by_point(runs: list[dict]) -> dict[tuple[int, int], list[dict]]:
     server adds its windows to the same point), in the order the points were first measured."""
     points: dict[tuple[int, int], list[dict]] = {}
     for r in runs:
+        if r.get("twin"):  # bench.aa_twin's second baseline is the A/A check's, not a point of its own
+            continue
         for w in r["windows"]:
             points.setdefault((r["k"], w["concurrency"]), []).append(w)
     return points
@@ -88,8 +90,13 @@ def table(runs: list[dict], engine: str = "vllm") -> list[dict]:
         tpot = mean_interval([x.get("mean_tpot_ms") for x in loads])
         ttft = mean_interval([x.get("mean_ttft_ms") for x in loads])
         base = [w["load"] for w in points.get((0, c), [])] if k else []
-        speed = ratio_interval([x["output_throughput"] for x in loads], [x["output_throughput"] for x in base]) \
-            if base else {"value": None, "lo": None, "hi": None}
+        pairs = _paired(windows, points.get((0, c), [])) if k else None
+        if pairs is not None and len(pairs) >= 2:
+            speed = paired_ratio_interval(pairs)
+        elif base:
+            speed = ratio_interval([x["output_throughput"] for x in loads], [x["output_throughput"] for x in base])
+        else:
+            speed = {"value": None, "lo": None, "hi": None}
         base_tpot = mean_interval([x.get("mean_tpot_ms") for x in base])["value"] if base else None
         tpot_ratio = base_tpot / tpot["value"] if base_tpot and tpot["value"] else None
         acc = (pool_windows(windows, engine) if len(windows) > 1 else windows[0].get("acceptance")) or {}
@@ -103,7 +110,8 @@ def table(runs: list[dict], engine: str = "vllm") -> list[dict]:
             "step_cost": _r(step_cost, 3),
             "length_needed": _r(TARGET_SPEEDUP * step_cost, 3) if step_cost else None,
             "output_tok_s": _r(tok["value"]), "output_tok_s_ci": _ci(tok), "speedup": _r(speed["value"], 3),
-            "speedup_ci": _ci(speed, 3), "verdict": decided["verdict"], "verdict_why": decided["why"],
+            "speedup_ci": _ci(speed, 3), "speedup_method": _method(speed) if base else None,
+            "verdict": decided["verdict"], "verdict_why": decided["why"],
             "more_windows": decided["more_windows"],
             "mean_tpot_ms": _r(tpot["value"]), "mean_tpot_ms_ci": _ci(tpot), "tpot_speedup": _r(tpot_ratio, 3),
             "mean_ttft_ms": _r(ttft["value"]),
@@ -113,6 +121,22 @@ def table(runs: list[dict], engine: str = "vllm") -> list[dict]:
             "completed": sum(x["completed"] for x in loads), "failed": sum(x["failed"] for x in loads),
         })
     return rows
+
+
+def _paired(windows: list[dict], base: list[dict]) -> list[tuple[float, float]] | None:
+    """(k's tok/s, the baseline's) per window slot both measured (bench.schedule interleaved), or None
+    when the windows carry no slots (sequential servers: nothing to pair)."""
+    if not windows or not base or any("slot" not in w for w in windows + base):
+        return None
+    by_slot = {w["slot"]: w["load"]["output_throughput"] for w in base}
+    return [(w["load"]["output_throughput"], by_slot[w["slot"]]) for w in windows if w["slot"] in by_slot]
+
+
+def _method(speed: dict) -> str:
+    n = (speed.get("n") or [0])[0]
+    if speed.get("method") == "paired":
+        return f"paired over {n} window slots"
+    return f"Welch over {'/'.join(str(x) for x in speed.get('n') or [])} windows"
 
 
 _RANK = {FASTER: 2, UNDECIDED: 1, None: 1, NOT_FASTER: 0}

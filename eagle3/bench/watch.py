@@ -40,7 +40,7 @@ import random
 from pathlib import Path
 
 from .repeats import mean_interval
-from .stats import pool_windows
+from .stats import pool_windows, windows_by_point
 
 Z = 1.96              # 95 % two-sided
 BOOTSTRAP = 1000      # resamples; seeded, so a result's intervals are the same on every read
@@ -150,10 +150,7 @@ def figures(results: dict) -> dict[str, dict]:
     over every window of that point (all rounds). Speed: with >= 2 windows their mean and a t interval
     over windows (what varies between windows and server starts; eagle3/bench/repeats.py), else the one
     window's per-request bootstrap. Acceptance: the windows' counters pooled, the interval as above."""
-    points: dict[tuple[int, int], list[dict]] = {}
-    for server in results.get("servers", []):
-        for w in server.get("windows", []):
-            points.setdefault((server["k"], w["concurrency"]), []).append(w)
+    points = windows_by_point(results.get("servers", []))
     out = {}
     for (k, c), windows in points.items():
         seed = 1000 * k + c

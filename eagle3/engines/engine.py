@@ -35,6 +35,9 @@ class Engine:
     stop_leader_first: ClassVar[bool] = False
     # Whether a chat completion can return the sampled token ids (datagen then stores them).
     returns_token_ids: ClassVar[bool] = False
+    # The server flag that caps its share of each GPU's memory (a fraction), or None: what lets several
+    # servers share a GPU (the benchmark's interleaved schedule).
+    gpu_share_flag: ClassVar[str | None] = None
 
     def serve_argv(self, env, target, server, extra: list[str] = ()) -> list[str]:
         """The server's command line: target, host, port, dtype, context, TP size, then `extra` (the

@@ -21,10 +21,11 @@ class PortBusy(PipelineError):
 
 def start_server(sup: Supervisor, cfg: PipelineConfig, phase: str, engine: str, server: Server,
                  extra_args: list[str] = (), env: dict[str, str] | None = None, gpus: list[int] | None = None,
-                 served_name: str | None = None) -> Process:
+                 served_name: str | None = None, instance: str = "") -> Process:
     """Launch, then block until ready (or raise a retryable ServiceError with the log tail).
     `gpus` (default: all of cfg.gpus) and `served_name` (default: target.served_name) serve the
-    online train phase, whose server shares the node with the trainer."""
+    online train phase, whose server shares the node with the trainer; `instance` names one of several
+    servers a phase runs at once (its process name and log get it as a suffix)."""
     busy = procfs.listening_ports({server.port})
     if busy:
         raise PortBusy(f"{phase}: port {server.port} ({server.host}) is already in use ({busy[server.port]}) before "
@@ -32,8 +33,9 @@ def start_server(sup: Supervisor, cfg: PipelineConfig, phase: str, engine: str, 
     key = api_key(cfg, server, f"{phase}.server")  # an unset api_key_env fails here, naming the field
     adapter = engine_registry.get(engine)
     engine_env = getattr(cfg.engines, engine)
-    log = cfg.phase_dir(phase) / "logs" / f"{engine}-server.log"
-    name = f"{phase}-{engine}-server"
+    suffix = f"-{instance}" if instance else ""
+    log = cfg.phase_dir(phase) / "logs" / f"{engine}-server{suffix}.log"
+    name = f"{phase}-{engine}-server{suffix}"
     argv = adapter.serve_argv(engine_env, cfg.target.model_copy(update={"served_name": served_name})
                               if served_name else cfg.target, server, extra_args)
     gpus = list(cfg.gpus if gpus is None else gpus)

@@ -20,6 +20,7 @@ class Sglang(Engine):
     # to the whole group reaches its detokenizer first, which its leader takes for a crash: SIGQUIT, five
     # seconds of crash diagnostics, a log that reads as a failure (seen on the H200, 0.5.16).
     stop_leader_first = True
+    gpu_share_flag = "--mem-fraction-static"
 
     def serve_argv(self, env, target, server, extra: list[str] = ()) -> list[str]:
         argv = [*env.python_argv(), str(LAUNCHER),

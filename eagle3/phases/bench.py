@@ -2,7 +2,9 @@
 
 One server after another on the same GPUs: the target alone (baseline), then target + drafter for
 each k in bench.num_speculative_tokens, with the core GPU handoff between two servers; the whole
-sequence bench.rounds times (A B A B). On each server: a warm-up outside the measured windows, then
+sequence bench.rounds times (A B A B). With bench.schedule interleaved, a round's servers run at once
+on their own ports and their windows take turns (measure_interleaved), a handoff between two rounds.
+On each server: a warm-up outside the measured windows, then
 bench.windows runs of the engine's own load generator (`vllm bench serve` / SGLang's bench_serving)
 per concurrency on held-out prompts, interleaved over the concurrencies, with the
 server's spec-decode counters scraped right before and right after each run; the deltas are
@@ -39,11 +41,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from .. import __version__
+from .. import __version__, progress
 from ..bench import watch as benchwatch
 from ..bench.gates import category_table, evaluate_parity, parity_error_text
 from ..bench.stats import best_k, evaluate_gate, gate_error_text, pooled_by_k, table
-from ..bench.repeats import rounds_agree
+from ..bench.repeats import rounds_agree, twin_agrees
 from ..bench.provenance import drafter_checksum, platform
 from ..bench.trend import write_trend
 from ..config import PipelineConfig, num_hidden_layers
@@ -61,14 +63,16 @@ SCHEMA = 1
 log = logging.getLogger("eagle3.bench")
 
 from ..bench.inputs import held_out_prompts, parity_expectation, refuse_unloadable, resolve_drafter, training_prompts
-from ..bench.measure import measure_server
+from ..bench.measure import measure_interleaved, measure_server
 from ..bench.paths import BenchPaths, slug
 
 
 # ---- the phase -----------------------------------------------------------------------------------
 
-def _label(k: int, round_: int) -> str:
+def _label(k: int, round_: int, twin: bool = False) -> str:
     """A server's name: its config, and from the second round on the round too (A B A B)."""
+    if twin:  # bench.aa_twin: a second baseline server, the in-round A/A check
+        return "baseline (twin)" if round_ == 1 else f"baseline (twin, round {round_})"
     name = f"k={k}" if k else "baseline"
     return name if round_ == 1 else f"{name} (round {round_})"
 
@@ -128,7 +132,9 @@ def run_bench(cfg: PipelineConfig, sup: Supervisor) -> PhaseSummary:
     engine = engine_registry.get(b.engine)
     dataset = engine.write_dataset(paths.dir / f"prompts{engine.dataset_suffix}", prompts["texts"])
     probes = _probes(cfg, drafter, prompts, paths)
-    plan = [(_label(k, n), k, n) for n in range(1, b.rounds + 1) for k in [0, *b.num_speculative_tokens]]
+    # (label, k, round, twin): every server of every round, the baseline's twin last in each (bench.aa_twin)
+    plan = [(_label(k, n, twin), k, n, twin) for n in range(1, b.rounds + 1)
+            for k, twin in [(0, False), *((k, False) for k in b.num_speculative_tokens), *[(0, True)] * b.aa_twin]]
     total, done = len(plan) * len(b.concurrency) * b.windows, [0]
     prog = PhaseProgress(PHASE, unit="windows")
     prog(0, total)
@@ -141,25 +147,8 @@ def run_bench(cfg: PipelineConfig, sup: Supervisor) -> PhaseSummary:
         return lambda c: prog.step(f"window {done[0] + 1}/{total}: {label}, concurrency {c}", window=done[0] + 1,
                                    k=k, concurrency=c)
 
-    runs, handoffs, last_started = [], [], None
-    for i, (label, k, round_) in enumerate(plan, 1):
-        key = _server_key(cfg, k, drafter, prompts, probes)
-        saved = read_json(paths.servers / f"{slug(label)}.json")
-        if saved and saved.get("key") == key:
-            log.info("bench: reusing the finished %s server run from a previous attempt", label)
-            runs.append(saved["run"])
-            tick(len(b.concurrency) * b.windows)
-            continue
-        if last_started is not None:
-            handoffs.append(_handoff(cfg, sup, last_started, label))
-        prog.step(f"server {i}/{len(plan)}: {label} ({b.engine}" + (f", drafter {drafter['path']}" if k else "") + ")")
-        run = measure_server(cfg, sup, label, k, drafter["path"] if k else None, dataset, prompts["count"],
-                             prompts["warmup_texts"], on_window=tick, before_window=announce(label, k),
-                             probes=probes if round_ == 1 else ())
-        run["round"] = round_
-        last_started = label
-        atomic_write_json(paths.servers / f"{slug(label)}.json", {"key": key, "run": run})
-        runs.append(run)
+    measure = _interleaved if b.schedule == "interleaved" else _sequential
+    runs, handoffs = measure(cfg, sup, plan, drafter, prompts, probes, dataset, tick, announce, paths)
 
     results = _assemble(cfg, drafter, prompts, runs, handoffs)
     w = cfg.bench.watch
@@ -195,6 +184,67 @@ def run_bench(cfg: PipelineConfig, sup: Supervisor) -> PhaseSummary:
         err.summary = summary  # a regression still has its numbers to show (the flow publishes them)
         raise err
     return summary
+
+
+def _saved(paths: BenchPaths, label: str, key: str) -> dict | None:
+    """A finished server's run from a previous attempt, if its settings match."""
+    saved = read_json(paths.servers / f"{slug(label)}.json")
+    return saved["run"] if saved and saved.get("key") == key else None
+
+
+def _sequential(cfg, sup, plan, drafter, prompts, probes, dataset, tick, announce, paths):
+    """One server after another, a handoff between two; a retried run reuses each finished server."""
+    b, runs, handoffs, last_started = cfg.bench, [], [], None
+    for i, (label, k, round_, _) in enumerate(plan, 1):
+        key = _server_key(cfg, k, drafter, prompts, probes)
+        if (saved := _saved(paths, label, key)) is not None:
+            log.info("bench: reusing the finished %s server run from a previous attempt", label)
+            runs.append(saved)
+            tick(len(b.concurrency) * b.windows)
+            continue
+        if last_started is not None:
+            handoffs.append(_handoff(cfg, sup, last_started, label))
+        progress.step(PHASE, f"server {i}/{len(plan)}: {label} ({b.engine}"
+                      + (f", drafter {drafter['path']}" if k else "") + ")")
+        run = measure_server(cfg, sup, label, k, drafter["path"] if k else None, dataset, prompts["count"],
+                             prompts["warmup_texts"], on_window=tick, before_window=announce(label, k),
+                             probes=probes if round_ == 1 else ())
+        run["round"] = round_
+        last_started = label
+        atomic_write_json(paths.servers / f"{slug(label)}.json", {"key": key, "run": run})
+        runs.append(run)
+    return runs, handoffs
+
+
+def _interleaved(cfg, sup, plan, drafter, prompts, probes, dataset, tick, announce, paths):
+    """Each round's servers all at once, their windows taking turns (measure_interleaved); a handoff
+    between two rounds. A retried run reuses a round only if every server of it finished."""
+    b, runs, handoffs, last_round = cfg.bench, [], [], None
+    for round_ in range(1, b.rounds + 1):
+        group = [(label, k, twin) for label, k, n, twin in plan if n == round_]
+        keys = [_server_key(cfg, k, drafter, prompts, probes) for _, k, _ in group]
+        saved = [_saved(paths, label, key) for (label, _, _), key in zip(group, keys)]
+        if all(run is not None for run in saved):
+            log.info("bench: reusing the finished round %d (%s) from a previous attempt", round_,
+                     ", ".join(label for label, _, _ in group))
+            runs += saved
+            tick(len(group) * len(b.concurrency) * b.windows)
+            continue
+        if last_round is not None:
+            handoffs.append(_handoff(cfg, sup, f"round {last_round}", f"round {round_}"))
+        ports = b.server_ports()
+        progress.step(PHASE, f"round {round_}/{b.rounds}: {', '.join(label for label, _, _ in group)} at once on "
+                             f"ports {ports[0]}-{ports[-1]} ({b.engine}, drafter {drafter['path']})")
+        measured = measure_interleaved(cfg, sup, group, drafter["path"], dataset, prompts["count"],
+                                       prompts["warmup_texts"], round_, on_window=tick,
+                                       before_window=lambda label, k, c: announce(label, k)(c),
+                                       probes=probes if round_ == 1 else ())
+        for (label, _, _), key, run in zip(group, keys, measured):
+            run["round"] = round_
+            atomic_write_json(paths.servers / f"{slug(label)}.json", {"key": key, "run": run})
+        runs += measured
+        last_round = round_
+    return runs, handoffs
 
 
 def _probes(cfg: PipelineConfig, drafter: dict, prompts: dict, paths: BenchPaths) -> list[dict]:
@@ -295,5 +345,6 @@ def _assemble(cfg: PipelineConfig, drafter: dict, prompts: dict, runs: list[dict
                               b.first_position_floor), "notes": notes,
         "parity": _parity(cfg, drafter, runs),
         "categories": category_table({r["k"]: r.get("probes", []) for r in runs if r["k"] and r.get("probes")}),
-        "windows": b.windows, "rounds": b.rounds, "aa": rounds_agree(runs) if b.rounds > 1 else None,
+        "windows": b.windows, "rounds": b.rounds, "schedule": b.schedule,
+        "aa": rounds_agree(runs) if b.rounds > 1 else None, "aa_twin": twin_agrees(runs) if b.aa_twin else None,
     }

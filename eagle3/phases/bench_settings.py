@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
+from .. import managed
 from ..config.types import EngineName, FsPath, PhaseSettings, PositiveFloat, Server, Strict
+from ..engines import engine_registry
 from ..errors import echo
 from ..inputfiles import dir_problem, file_problem
+
+# The most of each GPU's memory the interleaved schedule's servers may claim together: what is left is
+# the CUDA contexts' own and the allocator's slack (vLLM's default for one server is 0.9).
+SHARED_GPU_BUDGET = 0.9
 
 
 class BenchWatch(Strict):
@@ -58,6 +64,16 @@ class Bench(PhaseSettings):
         "Windows per (server, concurrency), interleaved over the concurrencies. A speed figure is their mean "
         "with a t interval; a speedup is decided (faster / not faster) only when its interval excludes 1, so "
         "1 window leaves every speed verdict undecided. Cost: each window is num_prompts requests."))
+    schedule: Literal["sequential", "interleaved"] = Field("sequential", description=(
+        "`sequential`: one server at a time (baseline, then each k), with a GPU handoff between two. "
+        "`interleaved`: every server of a round runs at once, each on its own port (`server.port`, then the "
+        "next ports up), and the windows take turns (baseline, k..., baseline, k... per window), so drift "
+        "in the machine hits every config alike and each speedup is judged on paired windows. On GPUs each "
+        "server must then be capped so that all fit: the engine's memory-share flag in `server.extra_args`."))
+    aa_twin: bool = Field(False, description=(
+        "With schedule interleaved: a second baseline server beside the others, measured in every window slot "
+        "like them. Its paired ratio to the baseline is an A/A check in every run (it must show no change), and "
+        "that interval's half-width is the machine's noise floor for a paired speedup. Cost: one more server."))
     rounds: int = Field(1, ge=1, le=10, description=(
         "Times the whole server sequence (baseline, each k) is started and measured, in A B A B order, so "
         "drift and server-start noise show in the intervals instead of posing as a difference; from 2 the "
@@ -97,6 +113,64 @@ class Bench(PhaseSettings):
 
     def needs_upstream(self) -> bool:
         return self.drafter is None  # a drafter of its own: the train phase's output is not read
+
+    def server_ports(self) -> list[int]:
+        """One port per server of a round: all on `server.port` when sequential; interleaved, the
+        baseline on it and each k on the next ports up, in bench.num_speculative_tokens order, then the
+        baseline's twin (aa_twin)."""
+        n = 1 + len(self.num_speculative_tokens) + self.aa_twin if self.schedule == "interleaved" else 1
+        return [self.server.port + i for i in range(n)]
+
+    def borrowed_ports(self, cfg) -> list[int]:
+        return self.server_ports()[1:]  # the interleaved schedule's other servers: proven free like its own
+
+    def checks(self, cfg) -> list[tuple[str, str]]:
+        if self.schedule != "interleaved":
+            return [("bench.aa_twin", "the baseline's twin is measured beside the others, which only the interleaved "
+                                      "schedule does: set bench.schedule: interleaved, or remove aa_twin")] \
+                if self.aa_twin else []
+        problems = []
+        extra = self.server_ports()[1:]
+        if extra[-1] > 65535:
+            problems.append(("bench.server.port", f"the interleaved schedule needs ports {self.server.port}-"
+                                                  f"{extra[-1]}, beyond 65535: lower bench.server.port"))
+        taken = {port: f"{name}.server.port" for name in ("datagen", "extract")
+                 if (section := getattr(cfg, name, None)) is not None for port in [section.server.port]}
+        taken.update({port: "handoff.extra_ports" for port in cfg.handoff.extra_ports})
+        for port in extra:
+            if port in taken:
+                problems.append(("bench.server.port", f"the interleaved schedule serves {self._server_on(port)} on "
+                                 f"port {port}, which is also {taken[port]}: move bench.server.port so that "
+                                 f"{self.server.port}-{extra[-1]} are its own"))
+        if cfg.gpus:
+            problems += self._gpu_share_problems()
+        return problems
+
+    def _server_on(self, port: int) -> str:
+        i = port - self.server.port - 1
+        return f"k={self.num_speculative_tokens[i]}" if i < len(self.num_speculative_tokens) else "the baseline's twin"
+
+    def _gpu_share_problems(self) -> list[tuple[str, str]]:
+        """On GPUs every server of a round holds memory at once: each must be capped, and all must fit."""
+        n, flag = len(self.server_ports()), engine_registry.get(self.engine).gpu_share_flag
+        where = "bench.server.extra_args"
+        if flag is None:
+            return [("bench.schedule", f"{self.engine} has no flag that caps a server's share of a GPU, so {n} servers "
+                                       "cannot be proven to fit at once: use schedule: sequential")]
+        raw = managed.flag_value(list(self.server.extra_args), flag)
+        if raw is None:
+            return [(where, f"the interleaved schedule runs {n} servers on each GPU at once, and without {flag} each "
+                            f"would claim the engine's default share: add [{flag}, '{SHARED_GPU_BUDGET / n:.2f}'] "
+                            f"(at most {SHARED_GPU_BUDGET:g} / {n} servers), or use schedule: sequential")]
+        try:
+            share = float(raw)
+        except ValueError:
+            return [(where, f"{flag} {echo(raw)} is not a number")]
+        if not 0 < share * n <= SHARED_GPU_BUDGET:
+            return [(where, f"{flag} {share:g} x {n} servers = {share * n:.2f} of each GPU, over "
+                            f"{SHARED_GPU_BUDGET:g}: set it to at most {SHARED_GPU_BUDGET / n:.2f}, benchmark fewer k "
+                            "at once, or use schedule: sequential")]
+        return []
 
     def file_checks(self, cfg) -> list[tuple[str, str]]:
         problems = []

@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from eagle3.bench.repeats import mean_interval, ratio_interval, rounds_agree, t975, verdict
+from eagle3.bench.repeats import mean_interval, paired_ratio_interval, ratio_interval, rounds_agree, t975, verdict
 from eagle3.bench.report import markdown
 from eagle3.bench.stats import best_k, evaluate_gate, table
 from eagle3.bench.watch import figures, watch
@@ -220,3 +220,69 @@ def test_the_step_cost_arithmetic_of_the_h200_record():
                "table": [row], "best_k": {}, "gate": {"status": "passed", "message": "m", "likely_causes": []}}
     assert ("k=3, concurrency 1: a step costs 2.23 plain steps; 1.3× needs acceptance length 2.90 (measured 2.38, "
             "at most 4)") in markdown(results)
+
+
+def test_paired_slots_decide_what_drift_leaves_undecided_for_unpaired_windows():
+    """bench.schedule interleaved: each window slot holds a baseline and a k window back to back. With
+    drift across slots (the H200's windows moved 4-10 %), the unpaired Welch interval of a true 5 %
+    speedup straddles 1; paired slot by slot, the common drift cancels and it is decided faster. The
+    same windows without slots fall back to Welch, and an A/A pair of the same config stays undecided."""
+    drift = [400.0, 470.0, 430.0, 500.0, 445.0]
+    rng = random.Random(7)
+    base = [_window(1, x) for x in drift]
+    spec = [_window(1, x * 1.05 * (1 + rng.uniform(-0.005, 0.005)), ACC3) for x in drift]
+    unpaired = table([{"label": "baseline", "k": 0, "windows": base}, {"label": "k=3", "k": 3, "windows": spec}])[1]
+    assert unpaired["verdict"] == "undecided" and unpaired["speedup_method"] == "Welch over 5/5 windows"
+    slot = lambda ws: [{**w, "slot": f"r1w{i + 1}"} for i, w in enumerate(ws)]  # noqa: E731
+    paired = table([{"label": "baseline", "k": 0, "windows": slot(base)},
+                    {"label": "k=3", "k": 3, "windows": slot(spec)}])[1]
+    assert paired["verdict"] == "faster" and paired["speedup_method"] == "paired over 5 window slots"
+    assert 1.04 < paired["speedup_ci"][0] < paired["speedup"] < paired["speedup_ci"][1] < 1.06
+    same = paired_ratio_interval([(x * (1 + rng.uniform(-0.01, 0.01)), x) for x in drift])
+    assert verdict(same)["verdict"] == "undecided" and same["lo"] < 1 < same["hi"]
+    assert paired_ratio_interval([(500.0, 400.0)])["lo"] is None  # one slot: no spread to judge by
+
+
+def test_the_baseline_twin_is_an_a_a_check_in_every_interleaved_run(tmp_path):
+    """run_bench with schedule interleaved and aa_twin, from saved server measurements (no server starts):
+    the twin is measured in every slot but is no point of the table; its paired ratio to the baseline
+    agrees and gives the noise floor; a twin that is consistently 5 % off is reported as differing."""
+    from pathlib import Path
+
+    from eagle3.bench.paths import slug
+    from eagle3.bench.repeats import twin_agrees
+    from eagle3.fsio import atomic_write_json
+    from eagle3.phases.bench import BenchPaths, _label, _server_key, held_out_prompts, resolve_drafter, run_bench
+    from eagle3.pipeline import supervisor
+    from tests.conftest import write_tiny_config
+
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "eagle3-tiny"
+    cfg = write_tiny_config(tmp_path, {"target": {"model": str(fixture / "target")}, "bench": {
+        "drafter": str(fixture / "drafter-trained"), "drafter_trained": True, "acceptance_floor": 1.0,
+        "num_speculative_tokens": [3], "concurrency": [1], "windows": 4, "schedule": "interleaved",
+        "aa_twin": True, "num_prompts": 16, "max_tokens": 64, "warmup_prompts": 2, "parity": {"enabled": False}}},
+        check_files=False)
+    paths = BenchPaths.of(cfg)
+    drafter, prompts = resolve_drafter(cfg), held_out_prompts(cfg)
+    drift, rng = [420.0, 480.0, 440.0, 505.0], random.Random(5)
+    servers = (("baseline", 0, False, 1.0), ("k=3", 3, False, 1.3), ("baseline (twin)", 0, True, 1.0))
+    for label, k, twin, gain in servers:
+        assert _label(k, 1, twin) == label
+        windows = [{**_window(1, x * gain * (1 + rng.uniform(-0.004, 0.004)), ACC3 if k else None),
+                    "repeat": i + 1, "slot": f"r1w{i + 1}"} for i, x in enumerate(drift)]
+        run = {"label": label, "k": k, "round": 1, "engine_version": "0.32.0", "probes": [], "windows": windows,
+               **({"twin": True} if twin else {})}
+        atomic_write_json(paths.servers / f"{slug(label)}.json",
+                          {"key": _server_key(cfg, k, drafter, prompts), "run": run})
+    run_bench(cfg, supervisor(cfg))
+    results = json.loads(paths.results.read_text())
+    assert [s["label"] for s in results["servers"]] == ["baseline", "k=3", "baseline (twin)"]
+    [base, k3] = results["table"]  # the twin is no point of its own
+    assert base["windows"] == k3["windows"] == 4 and k3["verdict"] == "faster"
+    assert k3["speedup_method"] == "paired over 4 window slots"
+    twin = results["aa_twin"]
+    assert twin["status"] == "agree" and 0 < twin["noise_floor_pct"] < 2 and twin["rows"][0]["slots"] == 4
+    assert "**A/A check, the baseline's twin** (agree)" in paths.report.read_text()
+    off = [{**r, "windows": [{**w, "load": {**w["load"], "output_throughput": w["load"]["output_throughput"] * 0.95}}
+                             for w in r["windows"]]} if r.get("twin") else r for r in results["servers"]]
+    assert twin_agrees(off)["status"] == "differ"

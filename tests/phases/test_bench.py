@@ -375,3 +375,38 @@ def test_trained_fixture_beats_the_untrained_drafter(comparison_target, untraine
     print(f"trained AL {trained['acceptance_length']:.3f} vs untrained {untrained['acceptance_length']:.3f}")
     assert trained["acceptance_length"] > untrained["acceptance_length"]
     assert trained["acceptance_rate"] > untrained["acceptance_rate"]
+
+
+@pytest.mark.slow
+@pytest.mark.engine
+@pytest.mark.timeout(1800)
+def test_the_interleaved_schedule_serves_every_config_at_once_and_pairs_their_windows(
+        tiny_constant_model, constant_drafter, tmp_path):
+    """bench.schedule interleaved on real vLLM CPU servers: the baseline and k=1 run at once on their own
+    ports (one start each, no handoff between them), their windows take turns in time (the order rotated
+    each repeat), each speedup is paired slot by slot, and the phase ends with both servers gone."""
+    from eagle3.pipeline import supervisor
+    from eagle3.process import procfs
+
+    cfg = _bench_config(tmp_path, tiny_constant_model, constant_drafter, trained=True, ks=[1], concurrency=[1],
+                        schedule="interleaved", windows=2)
+    sup = supervisor(cfg)
+    summary = run_bench(cfg, sup)
+    results = _results_of(cfg)
+    base, k1 = results["servers"]
+    ports = cfg.bench.server_ports()
+    assert [base["label"], k1["label"]] == ["baseline", "k=1"] and k1["port"] == ports[1] and "port" not in base
+    assert base["log"] != k1["log"] and all(Path(s["log"]).is_file() for s in (base, k1))
+    # The windows alternate between the two servers (impossible one server at a time), the second slot
+    # starting with k=1.
+    order = sorted((w["started_at"], s["label"], w["slot"]) for s in (base, k1) for w in s["windows"])
+    assert [(label, slot) for _, label, slot in order] == [("baseline", "r1w1"), ("k=1", "r1w1"), ("k=1", "r1w2"),
+                                                           ("baseline", "r1w2")]
+    assert results["handoffs"] == [] and results["schedule"] == "interleaved"
+    [row] = [r for r in results["table"] if r["k"] == 1]
+    assert row["speedup_method"] == "paired over 2 window slots" and row["windows"] == 2
+    assert all(w["load"]["completed"] == 8 and w["load"]["failed"] == 0 for s in (base, k1) for w in s["windows"])
+    assert not sup.registry.entries(), "the phase left a registered process behind"
+    assert not procfs.listening_ports(set(ports)), "a server's port is still open"
+    assert summary.details["gate"] == "passed" and "each speedup is paired slot by slot" in Path(
+        summary.details["report"]).read_text()
