@@ -199,8 +199,8 @@ PY
         "$REPO/runs/h200-smollm2/bench/results.json" --json "$RESULTS/noise-explain.json" > /dev/null 2>&1
     # A rerun of the same config (issue 39: time from `eagle3 run` to its first phase on a rerun): every
     # finished phase is skipped, and a failed benchmark reuses its finished servers (no server starts).
-    if [ "$(left)" -gt 150 ]; then
-      BUDGET_S=120 run_config "$REPO/configs/h200-smollm2.yaml" "$RESULTS/run-rerun.log"
+    if [ "$(left)" -gt 110 ]; then
+      BUDGET_S=90 run_config "$REPO/configs/h200-smollm2.yaml" "$RESULTS/run-rerun.log"
     fi
     if [ "$(left)" -gt 90 ]; then
       t0=$(date +%s.%N)

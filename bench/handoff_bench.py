@@ -4,6 +4,8 @@ docs/FACTS.md §8), side by side on the same machine.
 Each round starts the same CUDA service (tests/gpu/cuda_service.py: 4 GiB on GPU 0, idle), then
 times from "phase done" to "GPUs shown free":
   pack    - eagle3.handoff.core.run_handoff (registry stop, holder scan, /dev/shm purge, NVML v2 polling).
+  floor   - the service ended with nothing of the pack's (SIGTERM, its exit, NVML read every 5 ms until
+            free): what no handoff can beat here; each pack round is paired with one.
   ritual  - H1's steps, adapted to this machine but SAFE: the `systemctl stop` becomes a SIGTERM
             to the service and a wait for it (what systemd's stop does); the name-based
             `ps|grep|kill -9` and the `kill -9 $(fuser /dev/nvidia*)` still run their listing
@@ -77,11 +79,43 @@ def pack_round(work: Path) -> dict:
     return {"seconds": round(took, 4), "held_mib": held, "steps": {s["name"]: s["seconds"] for s in report.steps}}
 
 
-def ritual_round(work: Path) -> dict:
-    log = open(work / "ritual.log", "ab")
+def plain_service(log_path: Path):
+    """The service started outside the pack (as the operator's unit runs it), once it is READY."""
+    log = open(log_path, "ab")
     svc = subprocess.Popen(service(), stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True,
                            env={**os.environ, "CUDA_VISIBLE_DEVICES": "0", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
     assert svc.stdout.readline().strip() == "READY"
+    return svc, log
+
+
+def floor_round(work: Path) -> dict:
+    """The same service ended with nothing of the pack's: SIGTERM, wait for its exit, then read NVML
+    every 5 ms until GPU 0 is back to the threshold with no process on it. What no handoff can beat
+    on this machine: the service's own exit and the driver's release of its memory."""
+    svc, log = plain_service(work / "floor.log")
+    held = gpu0_used_now()
+    nv = None if SMOKE else NvmlBackend()
+    try:
+        t0 = time.monotonic()
+        svc.send_signal(signal.SIGTERM)
+        svc.wait()
+        exited = time.monotonic() - t0
+        while nv is not None:
+            state = nv.snapshot([0])[0]
+            if state.used_mib <= THRESHOLD and not state.processes:
+                break
+            time.sleep(0.005)
+        took = time.monotonic() - t0
+    finally:
+        if nv is not None:
+            nv.close()
+        log.close()
+        svc.stdout.close()
+    return {"seconds": round(took, 4), "exit_s": round(exited, 4), "held_mib": held}
+
+
+def ritual_round(work: Path) -> dict:
+    svc, log = plain_service(work / "ritual.log")
     mine = {svc.pid}
     held = gpu0_used_now()
     steps = {}
@@ -152,12 +186,14 @@ def main() -> None:
             gpu, driver, count = nv.snapshot([0])[0], nv.describe(), nv.count()
         gpu_name = gpu.name
     with tempfile.TemporaryDirectory() as tmp:
-        pack, ritual = [], []
-        # Interleaved, so drift in the machine's state affects both alike.
+        pack, ritual, floor = [], [], []
+        # Interleaved, so drift in the machine's state affects all alike.
         for i in range(max(args.pack_rounds, args.ritual_rounds)):
             if i < args.pack_rounds:
                 pack.append(pack_round(Path(tempfile.mkdtemp(dir=tmp))))
                 print(f"pack   round {i}: {pack[-1]['seconds']:.3f} s", flush=True)
+                floor.append(floor_round(Path(tempfile.mkdtemp(dir=tmp))))
+                print(f"floor  round {i}: {floor[-1]['seconds']:.3f} s", flush=True)
             if i < args.ritual_rounds:
                 ritual.append(ritual_round(Path(tempfile.mkdtemp(dir=tmp))))
                 print(f"ritual round {i}: {ritual[-1]['seconds']:.3f} s", flush=True)
@@ -168,11 +204,15 @@ def main() -> None:
         "pack_p50_s": p50["pack"], "pack_max_s": max(r["seconds"] for r in pack),
         "pack_min_s": min(r["seconds"] for r in pack),
         "ritual_p50_s": p50["ritual"], "speedup_p50": round(p50["ritual"] / p50["pack"], 1),
-        "pack": pack, "ritual": ritual,
+        # SIGTERM to NVML-free with no pack step: the pack's own share is what lies above it.
+        "floor_p50_s": statistics.median(r["seconds"] for r in floor),
+        "pack_over_floor_p50_s": round(statistics.median(p["seconds"] - f["seconds"] for p, f in zip(pack, floor)), 4),
+        "pack": pack, "ritual": ritual, "floor": floor,
     }
     if SMOKE:  # the code paths ran; the figures mean nothing (no GPU, the ritual's sleeps skipped)
         result = {"smoke": "CPU stand-in service, no NVML, ritual sleeps skipped: not a measurement",
-                  "pack_rounds": len(pack), "ritual_rounds": len(ritual), "date": result["date"]}
+                  "pack_rounds": len(pack), "ritual_rounds": len(ritual), "floor_rounds": len(floor),
+                  "date": result["date"]}
     print(json.dumps({k: v for k, v in result.items() if k not in ("pack", "ritual")}, indent=2))
     if args.out:
         args.out.write_text(json.dumps(result, indent=2))

@@ -50,7 +50,8 @@ def test_the_shell_scripts_parse_and_print_their_usage(name):
 def test_handoff_bench_smoke():
     res = _script("handoff_bench.py", "--smoke", timeout=120)
     result = json.loads(res.stdout[res.stdout.index("{"):])
-    assert result["pack_rounds"] == result["ritual_rounds"] == 1 and "not a measurement" in result["smoke"]
+    assert result["pack_rounds"] == result["ritual_rounds"] == result["floor_rounds"] == 1
+    assert "not a measurement" in result["smoke"]
 
 
 def test_noise_sampler_smoke():
