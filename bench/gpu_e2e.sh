@@ -93,6 +93,9 @@ setup() {
     nvidia-smi --query-gpu=index,name,driver_version,memory.total,memory.used --format=csv,noheader
     PYTHONPATH="$SITE/engine" python3 "$REPO/eagle3/engine_side/engine_versions.py"
     sha256sum "$whl"
+    # The run's Prefect server took 37-52 s to start here against ~5 s on the CPU box: its imports alone, timed.
+    t=$(date +%s.%N); PYTHONPATH="$PACK_PATH" python3 -c 'import prefect.server.api.server' &&
+      echo "prefect server imports: $(since "$t") s"
   } > "$RESULTS/machine.txt" 2>&1
   pack make-tiny-model "$REPO/models/tiny-llama" --engine-python "$REPO/.gpu-engine/bin/python" \
     >> "$RESULTS/setup.log" 2>&1 || return 1
