@@ -92,7 +92,7 @@ def payload(markers: Path, tag: str) -> str:
 # with the field named. (engines.*.python/command_prefix are exclusive; both kinds are exercised.)
 REJECTED = {"name", "target.served_name", "target.dtype", "datagen.engine", "extract.engine",
             "extract.hidden_states_dtype", "train.dry_run", "train.loss_implementation", "train.draft_attn_impl",
-            "hidden_states.mode", "bench.engine", "handoff.systemd_units[]",
+            "hidden_states.mode", "bench.engine", "bench.schedule", "handoff.systemd_units[]",
             "datagen.server.host", "extract.server.host", "bench.server.host",
             "fanout.pools[]"} | {  # pool names: a pattern, and they reach Prefect, never an engine
             f"{phase}.server.{key}" for phase in ("datagen", "extract", "bench")
