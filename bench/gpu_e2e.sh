@@ -17,8 +17,8 @@
 #   bash bench/gpu_e2e.sh RESULTS drafter-out  # the real run's drafter, less its embed_tokens copy, in pieces
 #   bash bench/gpu_e2e.sh RESULTS session    # one device session in one background step: real (with the noise
 #                                            # sampler beside it), a rerun, the handoff bench, the drafter (as time allows)
-#   KS="2 4" bash bench/gpu_e2e.sh RESULTS ksweep  # the real run's drafter benchmarked at more k (one round,
-#                                            # concurrency 1): each k's measured step cost
+#   KS="1 2 4 5" bash bench/gpu_e2e.sh RESULTS ksweep  # a drafter at more k, all at once beside the baseline
+#                                            # and its twin (concurrency 1): each k's step cost, side by side
 #
 # Env: STAGE (default /tmp/stage: bench/gpu_carry.sh's pieces, or the vLLM pieces part0* and pack-deps/),
 # VLLM_DEPS (the engine's wheels; default: the bundle's vllm-deps/ when there is one), SITE (default
@@ -113,12 +113,13 @@ setup() {
   event "\"seconds\": $(since "$t0"), \"ok\": true"
 }
 
-run_config() {  # CONFIG LOG: one `eagle3 run` within BUDGET_S; a rerun resumes what a stop interrupted
+run_config() {  # CONFIG LOG [RUN ARGS...]: one `eagle3 run` within BUDGET_S; a rerun resumes what a stop interrupted
   local config=$1 log=$2 t0 rc
+  shift 2
   wrappers  # cheap; a fresh checkout copy on the machine has no .gpu-engine/
   t0=$(date +%s.%N)
-  echo "=== $(stamp) eagle3 run $config (budget ${BUDGET_S} s)" >> "$log"
-  timeout -s TERM -k 150 "$BUDGET_S" env PYTHONPATH="$PACK_PATH" python3 -m eagle3.cli run "$config" \
+  echo "=== $(stamp) eagle3 run $config $* (budget ${BUDGET_S} s)" >> "$log"
+  timeout -s TERM -k 150 "$BUDGET_S" env PYTHONPATH="$PACK_PATH" python3 -m eagle3.cli run "$config" "$@" \
     < /dev/null >> "$log" 2>&1
   rc=$?
   event "\"config\": \"$config\", \"rc\": $rc, \"seconds\": $(since "$t0")"
@@ -169,22 +170,36 @@ PY
     fi
     run_config "$REPO/configs/h200-tiny-online.yaml" "$RESULTS/run-online.log"; rc=$? ;;
   ksweep)
-    # The real run's drafter at the k in KS, each against a baseline of its own server sequence (one round
-    # of two windows at concurrency 1): what a step costs at each k, and so the acceptance each k needs.
-    # A config derived from the real profile (same dir, so its relative paths hold), in a run dir of its own.
-    PYTHONPATH="$PACK_PATH" python3 - "$REPO" "${KS:-2 4}" <<'PY' || exit 1
-import json, sys
+    # A drafter at the k in KS against the baseline, all at once (schedule interleaved, the baseline's twin
+    # beside them), concurrency 1, three window slots: each k's step cost measured side by side. The
+    # drafter: DRAFTER (a dir), or DRAFTER_PIECES (a dir of d.part* pieces of its model.safetensors, as
+    # drafter-out brings them back, with DRAFTER_CONFIG its config.json), or the real run's trained one.
+    # A config derived from the real profile (same dir, so its relative paths hold), run dir of its own,
+    # `--only bench`: nothing upstream is needed or run.
+    if [ -n "${DRAFTER_PIECES:-}" ]; then
+      DRAFTER="$REPO/runs/carried-drafter"; mkdir -p "$DRAFTER"
+      cat "$DRAFTER_PIECES"/d.part* > "$DRAFTER/model.safetensors" && cp "${DRAFTER_CONFIG:?}" "$DRAFTER/config.json" || exit 1
+    fi
+    PYTHONPATH="$PACK_PATH" python3 - "$REPO" "${KS:-1 2 4 5}" "${DRAFTER:-}" <<'PY' || exit 1
+import json, math, sys
 from pathlib import Path
 from eagle3.safe_yaml import load as load_yaml
 import yaml
-repo, ks = Path(sys.argv[1]), [int(k) for k in sys.argv[2].split()]
+repo, ks, drafter = Path(sys.argv[1]), [int(k) for k in sys.argv[2].split()], sys.argv[3]
 raw = load_yaml((repo / "configs/h200-smollm2.yaml").read_text(), "configs/h200-smollm2.yaml")
-manifest = json.loads((repo / "runs/h200-smollm2/train/manifest.json").read_text())
+if not drafter:
+    drafter = json.loads((repo / "runs/h200-smollm2/train/manifest.json").read_text())["checkpoint"]
 raw.update(name="h200-smollm2-ksweep", run_dir="../runs/h200-smollm2-ksweep")
-raw["bench"].update(drafter=manifest["checkpoint"], num_speculative_tokens=ks, rounds=1, windows=2, concurrency=[1])
+bench = raw["bench"]
+bench.update(drafter=drafter, drafter_trained=True, num_speculative_tokens=ks, rounds=1, windows=3, concurrency=[1],
+             schedule="interleaved", aa_twin=True, parity={"enabled": False})
+share = math.floor(90 / (len(ks) + 2)) / 100  # every server of the round at once, within 0.9 of the GPU
+args = bench["server"]["extra_args"]
+args[args.index("--gpu-memory-utilization") + 1] = str(share)
 (repo / "configs/.h200-smollm2-ksweep.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+print(f"ksweep: k {ks}, drafter {drafter}, {len(ks) + 2} servers at {share} of the GPU each")
 PY
-    run_config "$REPO/configs/.h200-smollm2-ksweep.yaml" "$RESULTS/run-ksweep.log"; rc=$? ;;
+    run_config "$REPO/configs/.h200-smollm2-ksweep.yaml" "$RESULTS/run-ksweep.log" --only bench; rc=$? ;;
   record) rc=0 ;;
   session)
     # One session's worth, most important first; each later part only if DEADLINE (epoch seconds) leaves
