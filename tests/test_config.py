@@ -365,6 +365,9 @@ CAP = "bench.server.extra_args"
 INTERLEAVED_CASES = [
     ("gpu-uncapped", ON_GPU, CAP, "add [--gpu-memory-utilization, '0.30']"),
     ("gpu-over-budget", {**ON_GPU, CAP: ["--gpu-memory-utilization", "0.5"]}, CAP, "1.50 of each GPU, over 0.9"),
+    # 0.9 / 7 = 0.1286: the share offered is rounded down, or 7 servers of it would be refused in turn.
+    ("gpu-uncapped-seven", {**ON_GPU, "bench.aa_twin": True, "bench.num_speculative_tokens": [1, 2, 3, 4, 5]}, CAP,
+     "add [--gpu-memory-utilization, '0.12']"),
     ("gpu-cap-not-a-number", {**ON_GPU, CAP: ["--gpu-memory-utilization=lots"]}, CAP, "not a number"),
     ("sglang-uncapped", {**ON_GPU, **SGLANG, "bench.engine": "sglang"}, CAP, "--mem-fraction-static"),
     ("port-is-datagens", {**INTERLEAVED, "bench.server.port": 18600}, "bench.server.port",

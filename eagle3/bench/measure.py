@@ -193,13 +193,11 @@ class BenchServer:
         self.record["warmup"] = _warmup(cfg, self.url, self.warmup_texts)
         self.record["windows"] = []
 
-    def window(self, c: int, dataset: Path, num_prompts: int, repeat: int, **marks) -> dict:
+    def window(self, c: int, dataset: Path, num_prompts: int, repeat: int, **marks) -> None:
         tag = f"-w{repeat}" if self.cfg.bench.windows > 1 else ""
         w = _measure_window(self.cfg, self.client, self.proc, self.paths, self.url, self.label, self.k, c, dataset,
                             num_prompts, tag=tag)
-        w = {**w, "repeat": repeat, **marks}
-        self.record["windows"].append(w)
-        return w
+        self.record["windows"].append({**w, "repeat": repeat, **marks})
 
     def probes(self, probes: list[dict]) -> None:
         b, self.record["probes"] = self.cfg.bench, []

@@ -97,6 +97,15 @@ def paired_ratio_interval(pairs: list[tuple[float, float]]) -> dict:
             "method": "paired"}
 
 
+def pair_by_slot(windows: list[dict], base: list[dict]) -> list[tuple[float, float]] | None:
+    """(tok/s of `windows`, of `base`) per window slot both measured (bench.schedule interleaved), or
+    None when a window carries no slot (sequential servers: nothing to pair)."""
+    if not windows or not base or any("slot" not in w for w in windows + base):
+        return None
+    by_slot = {w["slot"]: w["load"]["output_throughput"] for w in base}
+    return [(w["load"]["output_throughput"], by_slot[w["slot"]]) for w in windows if w["slot"] in by_slot]
+
+
 def verdict(ratio: dict) -> dict:
     """faster (the interval lies above 1), not faster (below 1), or undecided, with why and, when
     undecided, about how many more windows per side would likely decide it at the same spread."""
@@ -172,14 +181,12 @@ def twin_agrees(runs: list[dict]) -> dict:
     the baseline (schedule interleaved). Per concurrency, its tok/s over the baseline's, paired slot by
     slot: it must show no change ("agree", every interval contains 1; "differ" otherwise), and the
     widest interval's half-width is the noise floor of a paired speedup on this machine."""
-    twins = [r for r in runs if r.get("twin")]
-    base = [r for r in runs if not r["k"] and not r.get("twin")]
+    twin = [w for r in runs if r.get("twin") for w in r["windows"]]
+    base = [w for r in runs if not r["k"] and not r.get("twin") for w in r["windows"]]
     rows = []
-    for c in sorted({w["concurrency"] for r in twins for w in r["windows"]}):
-        slot_tok = lambda servers: {w["slot"]: w["load"]["output_throughput"]  # noqa: E731
-                                    for r in servers for w in r["windows"] if w["concurrency"] == c}
-        mine, theirs = slot_tok(twins), slot_tok(base)
-        ratio = paired_ratio_interval([(mine[s], theirs[s]) for s in mine if s in theirs])
+    for c in sorted({w["concurrency"] for w in twin}):
+        at = lambda windows: [w for w in windows if w["concurrency"] == c]  # noqa: E731
+        ratio = paired_ratio_interval(pair_by_slot(at(twin), at(base)) or [])
         ci = None if ratio["lo"] is None else [_rounded(ratio["lo"]), _rounded(ratio["hi"])]
         rows.append({"concurrency": c, "slots": ratio["n"][0], "ratio": _rounded(ratio["value"]), "ci": ci,
                      "agrees": None if ci is None else ci[0] <= 1 <= ci[1],

@@ -84,7 +84,6 @@ def markdown(results: dict, plot_name: str | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-
 def aa_markdown(results: dict) -> list[str]:
     """The A/A checks: rounds against round 1 (bench.rounds), the baseline's twin (bench.aa_twin)."""
     lines: list[str] = []
@@ -108,6 +107,7 @@ def _compared(row: dict) -> str:
     """An A/A row's ratio [interval] | whether it agrees."""
     ci = f" [{row['ci'][0]:.3f}, {row['ci'][1]:.3f}]" if row["ci"] else " [no interval]"
     return f"{row['ratio']:.3f}{ci} | {'—' if row['agrees'] is None else ('yes' if row['agrees'] else 'no')}"
+
 
 def plot_png(results: dict) -> bytes:
     """Throughput and TPOT vs concurrency (baseline and each k), and per-position acceptance."""

@@ -9,7 +9,8 @@ Inputs are the JSON-ready server runs the bench phase records (see eagle3/phases
 from __future__ import annotations
 
 from ..engines.metrics import SpecCounters, acceptance
-from .repeats import FASTER, NOT_FASTER, UNDECIDED, mean_interval, paired_ratio_interval, ratio_interval, verdict
+from .repeats import (FASTER, NOT_FASTER, UNDECIDED, mean_interval, pair_by_slot, paired_ratio_interval,
+                      ratio_interval, verdict)
 
 # What makes a trained drafter's acceptance collapse (docs/FACTS.md §2, §7, §8 F4/F7).
 LIKELY_CAUSES = [
@@ -89,8 +90,9 @@ def table(runs: list[dict], engine: str = "vllm") -> list[dict]:
         tok = mean_interval([x["output_throughput"] for x in loads])
         tpot = mean_interval([x.get("mean_tpot_ms") for x in loads])
         ttft = mean_interval([x.get("mean_ttft_ms") for x in loads])
-        base = [w["load"] for w in points.get((0, c), [])] if k else []
-        pairs = _paired(windows, points.get((0, c), [])) if k else None
+        base_windows = points.get((0, c), []) if k else []
+        base = [w["load"] for w in base_windows]
+        pairs = pair_by_slot(windows, base_windows)
         if pairs is not None and len(pairs) >= 2:
             speed = paired_ratio_interval(pairs)
         elif base:
@@ -121,15 +123,6 @@ def table(runs: list[dict], engine: str = "vllm") -> list[dict]:
             "completed": sum(x["completed"] for x in loads), "failed": sum(x["failed"] for x in loads),
         })
     return rows
-
-
-def _paired(windows: list[dict], base: list[dict]) -> list[tuple[float, float]] | None:
-    """(k's tok/s, the baseline's) per window slot both measured (bench.schedule interleaved), or None
-    when the windows carry no slots (sequential servers: nothing to pair)."""
-    if not windows or not base or any("slot" not in w for w in windows + base):
-        return None
-    by_slot = {w["slot"]: w["load"]["output_throughput"] for w in base}
-    return [(w["load"]["output_throughput"], by_slot[w["slot"]]) for w in windows if w["slot"] in by_slot]
 
 
 def _method(speed: dict) -> str:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
-from .. import managed
+from .. import managed, phase_table
 from ..config.types import EngineName, FsPath, PhaseSettings, PositiveFloat, Server, Strict
 from ..engines import engine_registry
 from ..errors import echo
@@ -134,8 +135,7 @@ class Bench(PhaseSettings):
         if extra[-1] > 65535:
             problems.append(("bench.server.port", f"the interleaved schedule needs ports {self.server.port}-"
                                                   f"{extra[-1]}, beyond 65535: lower bench.server.port"))
-        taken = {port: f"{name}.server.port" for name in ("datagen", "extract")
-                 if (section := getattr(cfg, name, None)) is not None for port in [section.server.port]}
+        taken = {server.port: f"{name}.server.port" for name, server, _ in phase_table.servers(cfg) if name != "bench"}
         taken.update({port: "handoff.extra_ports" for port in cfg.handoff.extra_ports})
         for port in extra:
             if port in taken:
@@ -154,13 +154,14 @@ class Bench(PhaseSettings):
         """On GPUs every server of a round holds memory at once: each must be capped, and all must fit."""
         n, flag = len(self.server_ports()), engine_registry.get(self.engine).gpu_share_flag
         where = "bench.server.extra_args"
+        fair = math.floor(SHARED_GPU_BUDGET / n * 100) / 100  # rounded down: n times it stays within the budget
         if flag is None:
             return [("bench.schedule", f"{self.engine} has no flag that caps a server's share of a GPU, so {n} servers "
                                        "cannot be proven to fit at once: use schedule: sequential")]
         raw = managed.flag_value(list(self.server.extra_args), flag)
         if raw is None:
             return [(where, f"the interleaved schedule runs {n} servers on each GPU at once, and without {flag} each "
-                            f"would claim the engine's default share: add [{flag}, '{SHARED_GPU_BUDGET / n:.2f}'] "
+                            f"would claim the engine's default share: add [{flag}, '{fair:.2f}'] "
                             f"(at most {SHARED_GPU_BUDGET:g} / {n} servers), or use schedule: sequential")]
         try:
             share = float(raw)
@@ -168,7 +169,7 @@ class Bench(PhaseSettings):
             return [(where, f"{flag} {echo(raw)} is not a number")]
         if not 0 < share * n <= SHARED_GPU_BUDGET:
             return [(where, f"{flag} {share:g} x {n} servers = {share * n:.2f} of each GPU, over "
-                            f"{SHARED_GPU_BUDGET:g}: set it to at most {SHARED_GPU_BUDGET / n:.2f}, benchmark fewer k "
+                            f"{SHARED_GPU_BUDGET:g}: set it to at most {fair:.2f}, benchmark fewer k "
                             "at once, or use schedule: sequential")]
         return []
 
