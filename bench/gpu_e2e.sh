@@ -18,7 +18,9 @@
 #   bash bench/gpu_e2e.sh RESULTS session    # one device session in one background step: real (with the noise
 #                                            # sampler beside it), a rerun, the handoff bench, the drafter (as time allows)
 #   KS="1 2 4 5" bash bench/gpu_e2e.sh RESULTS ksweep  # a drafter at more k, all at once beside the baseline
-#                                            # and its twin (concurrency 1): each k's step cost, side by side
+#                                            # and its twin (CONC, default 1; WINDOWS, default 3): each k's step cost
+#   DRAFTER_PIECES=... bash bench/gpu_e2e.sh RESULTS sweep-session  # bench only, for a drafter already trained:
+#                                            # ksweep, the handoff bench, the startup probe, a rerun (as time allows)
 #
 # Env: STAGE (default /tmp/stage: bench/gpu_carry.sh's pieces, or the vLLM pieces part0* and pack-deps/),
 # VLLM_DEPS (the engine's wheels; default: the bundle's vllm-deps/ when there is one), SITE (default
@@ -171,7 +173,8 @@ PY
     run_config "$REPO/configs/h200-tiny-online.yaml" "$RESULTS/run-online.log"; rc=$? ;;
   ksweep)
     # A drafter at the k in KS against the baseline, all at once (schedule interleaved, the baseline's twin
-    # beside them), concurrency 1, three window slots: each k's step cost measured side by side. The
+    # beside them), at the concurrencies in CONC (default 1), WINDOWS window slots (default 3): each k's
+    # step cost measured side by side. The
     # drafter: DRAFTER (a dir), or DRAFTER_PIECES (a dir of d.part* pieces of its model.safetensors, as
     # drafter-out brings them back, with DRAFTER_CONFIG its config.json), or the real run's trained one.
     # A config derived from the real profile (same dir, so its relative paths hold), run dir of its own,
@@ -179,25 +182,29 @@ PY
     if [ -n "${DRAFTER_PIECES:-}" ]; then
       DRAFTER="$REPO/runs/carried-drafter"; mkdir -p "$DRAFTER"
       cat "$DRAFTER_PIECES"/d.part* > "$DRAFTER/model.safetensors" && cp "${DRAFTER_CONFIG:?}" "$DRAFTER/config.json" || exit 1
+      prov="$(dirname "$DRAFTER_CONFIG")/eagle3-provenance.json"  # what it was trained on, for the record's labels
+      [ -f "$prov" ] && cp "$prov" "$DRAFTER/"
     fi
-    PYTHONPATH="$PACK_PATH" python3 - "$REPO" "${KS:-1 2 4 5}" "${DRAFTER:-}" <<'PY' || exit 1
+    PYTHONPATH="$PACK_PATH" python3 - "$REPO" "${KS:-1 2 4 5}" "${DRAFTER:-}" "${WINDOWS:-3}" "${CONC:-1}" <<'PY' || exit 1
 import json, math, sys
 from pathlib import Path
 from eagle3.safe_yaml import load as load_yaml
 import yaml
 repo, ks, drafter = Path(sys.argv[1]), [int(k) for k in sys.argv[2].split()], sys.argv[3]
+windows, cs = int(sys.argv[4]), [int(c) for c in sys.argv[5].split()]
 raw = load_yaml((repo / "configs/h200-smollm2.yaml").read_text(), "configs/h200-smollm2.yaml")
 if not drafter:
     drafter = json.loads((repo / "runs/h200-smollm2/train/manifest.json").read_text())["checkpoint"]
 raw.update(name="h200-smollm2-ksweep", run_dir="../runs/h200-smollm2-ksweep")
 bench = raw["bench"]
-bench.update(drafter=drafter, drafter_trained=True, num_speculative_tokens=ks, rounds=1, windows=3, concurrency=[1],
+bench.update(drafter=drafter, drafter_trained=True, num_speculative_tokens=ks, rounds=1, windows=windows, concurrency=cs,
              schedule="interleaved", aa_twin=True, parity={"enabled": False})
 share = math.floor(90 / (len(ks) + 2)) / 100  # every server of the round at once, within 0.9 of the GPU
 args = bench["server"]["extra_args"]
 args[args.index("--gpu-memory-utilization") + 1] = str(share)
 (repo / "configs/.h200-smollm2-ksweep.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
-print(f"ksweep: k {ks}, drafter {drafter}, {len(ks) + 2} servers at {share} of the GPU each")
+print(f"ksweep: k {ks}, drafter {drafter}, {len(ks) + 2} servers at {share} of the GPU each, {windows} windows, "
+      f"concurrency {cs}")
 PY
     run_config "$REPO/configs/.h200-smollm2-ksweep.yaml" "$RESULTS/run-ksweep.log" --only bench; rc=$? ;;
   record) rc=0 ;;
@@ -227,6 +234,39 @@ PY
       event "\"part\": \"handoff-bench\", \"rc\": $?, \"seconds\": $(since "$t0")"
     fi
     bash "$0" "$RESULTS" drafter-out > "$RESULTS/drafter-out.log" 2>&1
+    event "\"ended\": true, \"rc\": $rc"
+    ;;
+  sweep-session)
+    # A bench-only session for a drafter already trained (DRAFTER or DRAFTER_PIECES + DRAFTER_CONFIG, as
+    # for ksweep), most important first: the k sweep with the noise sampler beside it; the handoff bench
+    # with its floor rounds; where imports spend a start's time (bench/startup_probe.py); a rerun of the
+    # sweep's config (time to the first phase when nothing changed). Each part after the sweep runs only
+    # if DEADLINE (epoch seconds) leaves it the time it needs.
+    left() { echo $(( ${DEADLINE:-9999999999} - $(date +%s) )); }
+    PYTHONPATH="$PACK_PATH" python3 "$REPO/bench/noise_sampler.py" sample "$RESULTS/noise-samples.jsonl" \
+      --interval 0.5 > "$RESULTS/noise-sampler.log" 2>&1 &
+    sampler=$!
+    BUDGET_S=$(( $(left) - 150 )) bash "$0" "$RESULTS" ksweep; rc=$?
+    kill -TERM "$sampler" 2>/dev/null; wait "$sampler"
+    sweep="$REPO/runs/h200-smollm2-ksweep"
+    [ -s "$sweep/bench/results.json" ] &&
+      PYTHONPATH="$PACK_PATH" python3 "$REPO/bench/noise_sampler.py" explain "$RESULTS/noise-samples.jsonl" \
+        "$sweep/bench/results.json" --json "$RESULTS/noise-explain.json" > /dev/null 2>&1
+    if [ "$(left)" -gt 80 ]; then
+      t0=$(date +%s.%N)
+      PYTHONPATH="$PACK_PATH" python3 "$REPO/bench/handoff_bench.py" --pack-rounds 10 --ritual-rounds 1 \
+        --out "$RESULTS/handoff-h200.json" > "$RESULTS/handoff-h200.log" 2>&1
+      event "\"part\": \"handoff-bench\", \"rc\": $?, \"seconds\": $(since "$t0")"
+    fi
+    if [ "$(left)" -gt 60 ]; then
+      t0=$(date +%s.%N)
+      timeout -s TERM $(( $(left) - 30 )) env PYTHONPATH="$PACK_PATH" python3 "$REPO/bench/startup_probe.py" \
+        --engine-python "$REPO/.gpu-engine/bin/python" --out "$RESULTS/startup-probe.json" > "$RESULTS/startup-probe.log" 2>&1
+      event "\"part\": \"startup-probe\", \"rc\": $?, \"seconds\": $(since "$t0")"
+    fi
+    if [ "$rc" = 0 ] && [ "$(left)" -gt 100 ]; then
+      BUDGET_S=90 run_config "$REPO/configs/.h200-smollm2-ksweep.yaml" "$RESULTS/run-rerun.log" --only bench
+    fi
     event "\"ended\": true, \"rc\": $rc"
     ;;
   drafter-out)  # the real run's trained drafter, small enough to come back: without embed_tokens (vLLM shares

@@ -20,7 +20,8 @@ from tests.conftest import REPO
 pytestmark = pytest.mark.timeout(600)
 SMOKED = {"datagen_vs_vllm_bench.py", "datagen_client_split.py", "handoff_bench.py", "devfile_probe.py", "flow_overhead_bench.py",
           "parity_probe.py", "record_bench_history.py", "gpu_e2e_record.py",  # gpu_e2e_record: tests/bench/test_gpu_record.py
-          "fanout_bench.py", "first_phase_bench.py", "one_server_probe.py", "noise_sampler.py"}  # fanout_bench: tests/flows/test_fanout.py, on that test's two nodes
+          "fanout_bench.py", "first_phase_bench.py", "one_server_probe.py", "noise_sampler.py",
+          "startup_probe.py"}  # fanout_bench: tests/flows/test_fanout.py, on that test's two nodes
 SHELL = {"gpu_carry.sh", "gpu_e2e.sh", "gpu_pack_deps.sh", "gpu_sglang.sh", "gpu_sglang_deps.sh", "gpu_wait.sh",
          "run_on_gpu.sh"}
 engine = [pytest.mark.slow, pytest.mark.engine]
@@ -60,6 +61,22 @@ def test_noise_sampler_smoke():
     # Four samples taken, and the one stand-in request lies within them: explain matched it to samples.
     assert result["sampled"] == 4 and result["explain"]["samples"] == 4
     assert result["explain"]["servers"]["baseline"]["requests"] == 1
+
+
+def test_startup_probe_smoke_and_its_importtime_summary(tmp_path):
+    res = _script("startup_probe.py", "--smoke", "--out", str(tmp_path / "p.json"), timeout=60)
+    result = json.loads((tmp_path / "p.json").read_text())
+    assert set(result["steps"]) == {"python -c pass #1", "python -c pass #2", "pure-Python loop, 1e7 adds"}
+    assert "not a measurement" in result["smoke"] and "pure-Python loop" in res.stdout
+    sys.path.insert(0, str(REPO / "bench"))
+    from startup_probe import importtime_summary
+
+    lines = ["import time: self [us] | cumulative | imported package", "import time:      1000 |       1000 |   a.b",
+             "import time:      3000 |       4000 | a", "import time:     20000 |      20000 | c"]
+    summary = importtime_summary("\n".join(lines))
+    # Top-level packages by their cumulative time (a nested import counted once, in its parent).
+    assert summary["packages_s"] == {"c": 0.02, "a": 0.004} and summary["modules"] == 3
+    assert list(summary["modules_self_s"]) == ["c", "a", "a.b"]
 
 
 def test_first_phase_bench_smoke():

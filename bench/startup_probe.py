@@ -1,0 +1,125 @@
+"""Where the time before a phase and a server's first log line goes: Python imports, timed on this machine.
+
+On the H200 machine the run's Prefect server took 37-52 s to answer (about 9 s on the 2-core CPU box) and
+each vLLM start spent 45-52 s outside vLLM's engine init, mostly before the API server's first log line.
+This times the pieces in fresh processes, each twice (the second with the page cache warm), beside a
+fixed pure-Python loop that says how fast one core of this machine is:
+
+  - `python3 -c pass`, and the loop (one core's speed);
+  - the pack's side: `import prefect.server.api.server`, then the run's Prefect server started as
+    `eagle3 run` starts it (flows/local_server.py) until its /health answers, in a fresh run dir and again;
+  - the engine's side (--engine-python, e.g. .gpu-engine/bin/python): `import torch`,
+    `import vllm.entrypoints.openai.api_server`.
+
+Every import is run with `-X importtime`; the JSON keeps the seconds and, per import, the ten top-level
+packages that took longest (cumulative) and the ten slowest modules by their own time.
+
+    python bench/startup_probe.py --engine-python .gpu-engine/bin/python --out startup-probe.json
+    python bench/startup_probe.py --smoke     # CI: `pass` and the loop only; measures nothing
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from datetime import datetime, timezone
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+LOOP = "import time; t = time.perf_counter(); s = 0\nfor i in range(10_000_000): s += i\nprint(time.perf_counter() - t)"
+
+
+def importtime_summary(stderr: str, top: int = 10) -> dict:
+    """`-X importtime` lines -> the slowest top-level packages (cumulative) and modules (self), in seconds."""
+    by_package: dict[str, int] = defaultdict(int)
+    by_module: list[tuple[int, str]] = []
+    for line in stderr.splitlines():
+        if not line.startswith("import time:") or "self [us]" in line:
+            continue
+        try:
+            self_us, cumulative_us, name = line.removeprefix("import time:").split("|", 2)
+            self_us, cumulative_us, name = int(self_us), int(cumulative_us), name[1:]  # one space, then the nesting
+        except ValueError:
+            continue
+        if name == name.lstrip():  # a top-level import: its cumulative time is all of it
+            by_package[name.split(".")[0]] += cumulative_us
+        by_module.append((self_us, name.strip()))
+    return {"packages_s": {k: round(v / 1e6, 3) for k, v in sorted(by_package.items(), key=lambda kv: -kv[1])[:top]},
+            "modules_self_s": {n: round(us / 1e6, 3) for us, n in sorted(by_module, reverse=True)[:top]},
+            "modules": len(by_module)}
+
+
+def timed(argv: list[str], env: dict | None = None, importtime: bool = False) -> dict:
+    t = time.perf_counter()
+    proc = subprocess.run(argv[:1] + (["-X", "importtime"] if importtime else []) + argv[1:], env=env,
+                          capture_output=True, text=True, timeout=600)
+    out = {"seconds": round(time.perf_counter() - t, 3), "rc": proc.returncode}
+    if importtime:
+        out.update(importtime_summary(proc.stderr))
+    if proc.returncode:
+        out["stderr_tail"] = proc.stderr[-600:]
+    return out
+
+
+def prefect_server_start(run_dir: Path) -> dict:
+    """The run's Prefect server, as `eagle3 run` starts it, until its /health answers; then stopped."""
+    sys.path.insert(0, str(REPO))
+    from eagle3.process.services import Supervisor
+    from flows.local_server import start_local_server
+
+    sup = Supervisor(run_dir / "state")
+    t = time.perf_counter()
+    proc, _ = start_local_server(sup, run_dir / "logs")
+    ready = time.perf_counter() - t
+    proc.stop()
+    return {"seconds": round(ready, 3)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--engine-python", help="the engine env's python (vLLM's side); left out: the pack's side only")
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--smoke", action="store_true", help="`pass` and the loop only (CI)")
+    args = ap.parse_args()
+    py = sys.executable
+    result: dict = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": platform.platform(),
+                    "cpus": os.cpu_count(), "python": platform.python_version(), "steps": {}}
+    if args.smoke:
+        result["smoke"] = "`pass` and the loop only: not a measurement"
+    steps = result["steps"]
+
+    def step(name: str, value: dict) -> None:  # written as it goes: a probe stopped by a deadline keeps what it had
+        steps[name] = value
+        print(f"{value['seconds']:8.2f} s  {name}" + (f"  (rc {value['rc']})" if value.get("rc") else ""), flush=True)
+        if args.out:
+            args.out.write_text(json.dumps(result, indent=1) + "\n")
+
+    for rep in (1, 2):
+        step(f"python -c pass #{rep}", timed([py, "-c", "pass"]))
+    loop = subprocess.run([py, "-c", LOOP], capture_output=True, text=True, check=True)
+    step("pure-Python loop, 1e7 adds", {"seconds": round(float(loop.stdout), 3)})
+    if not args.smoke:
+        for rep in (1, 2):
+            step(f"import prefect.server.api.server #{rep}", timed([py, "-c", "import prefect.server.api.server"],
+                                                                   importtime=True))
+        with tempfile.TemporaryDirectory() as d:
+            for rep in (1, 2):  # a fresh database first, then the same one (a rerun's)
+                step(f"the run's Prefect server to /health #{rep}", prefect_server_start(Path(d)))
+        if args.engine_python:
+            for rep in (1, 2):
+                step(f"engine: import torch #{rep}", timed([args.engine_python, "-c", "import torch"], importtime=True))
+            for rep in (1, 2):
+                step(f"engine: import vllm.entrypoints.openai.api_server #{rep}", timed(
+                    [args.engine_python, "-c", "import vllm.entrypoints.openai.api_server"], importtime=True))
+    return 0 if all(not s.get("rc") for s in steps.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
