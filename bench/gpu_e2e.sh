@@ -238,20 +238,23 @@ PY
     ;;
   sweep-session)
     # A bench-only session for a drafter already trained (DRAFTER or DRAFTER_PIECES + DRAFTER_CONFIG, as
-    # for ksweep), most important first: the k sweep with the noise sampler beside it; the handoff bench
-    # with its floor rounds; where imports spend a start's time (bench/startup_probe.py); a rerun of the
-    # sweep's config (time to the first phase when nothing changed). Each part after the sweep runs only
+    # for ksweep), most important first: the k sweep with the noise sampler beside it; a rerun of the
+    # sweep's config (time to the first phase when nothing changed); the handoff bench with its floor
+    # rounds; where imports spend a start's time (bench/startup_probe.py). Each part after the sweep runs only
     # if DEADLINE (epoch seconds) leaves it the time it needs.
     left() { echo $(( ${DEADLINE:-9999999999} - $(date +%s) )); }
     PYTHONPATH="$PACK_PATH" python3 "$REPO/bench/noise_sampler.py" sample "$RESULTS/noise-samples.jsonl" \
       --interval 0.5 > "$RESULTS/noise-sampler.log" 2>&1 &
     sampler=$!
-    BUDGET_S=$(( $(left) - 150 )) bash "$0" "$RESULTS" ksweep; rc=$?
+    BUDGET_S=$(( $(left) - ${SWEEP_RESERVE_S:-150} )) bash "$0" "$RESULTS" ksweep; rc=$?
     kill -TERM "$sampler" 2>/dev/null; wait "$sampler"
     sweep="$REPO/runs/h200-smollm2-ksweep"
     [ -s "$sweep/bench/results.json" ] &&
       PYTHONPATH="$PACK_PATH" python3 "$REPO/bench/noise_sampler.py" explain "$RESULTS/noise-samples.jsonl" \
         "$sweep/bench/results.json" --json "$RESULTS/noise-explain.json" > /dev/null 2>&1
+    if [ "$rc" = 0 ] && [ "$(left)" -gt 60 ]; then
+      BUDGET_S=90 run_config "$REPO/configs/.h200-smollm2-ksweep.yaml" "$RESULTS/run-rerun.log" --only bench
+    fi
     if [ "$(left)" -gt 80 ]; then
       t0=$(date +%s.%N)
       PYTHONPATH="$PACK_PATH" python3 "$REPO/bench/handoff_bench.py" --pack-rounds 10 --ritual-rounds 1 \
@@ -261,11 +264,9 @@ PY
     if [ "$(left)" -gt 60 ]; then
       t0=$(date +%s.%N)
       timeout -s TERM $(( $(left) - 30 )) env PYTHONPATH="$PACK_PATH" python3 "$REPO/bench/startup_probe.py" \
-        --engine-python "$REPO/.gpu-engine/bin/python" --out "$RESULTS/startup-probe.json" > "$RESULTS/startup-probe.log" 2>&1
+        --engine-python "$REPO/.gpu-engine/bin/python" --scratch "${HOME:-/tmp}" --out "$RESULTS/startup-probe.json" \
+        > "$RESULTS/startup-probe.log" 2>&1
       event "\"part\": \"startup-probe\", \"rc\": $?, \"seconds\": $(since "$t0")"
-    fi
-    if [ "$rc" = 0 ] && [ "$(left)" -gt 100 ]; then
-      BUDGET_S=90 run_config "$REPO/configs/.h200-smollm2-ksweep.yaml" "$RESULTS/run-rerun.log" --only bench
     fi
     event "\"ended\": true, \"rc\": $rc"
     ;;

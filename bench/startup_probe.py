@@ -7,7 +7,8 @@ fixed pure-Python loop that says how fast one core of this machine is:
 
   - `python3 -c pass`, and the loop (one core's speed);
   - the pack's side: `import prefect.server.api.server`, then the run's Prefect server started as
-    `eagle3 run` starts it (flows/local_server.py) until its /health answers, in a fresh run dir and again;
+    `eagle3 run` starts it (flows/local_server.py) until its /health answers, on a fresh database (which
+    Prefect migrates first) and again on the same one;
   - the engine's side (--engine-python, e.g. .gpu-engine/bin/python): `import torch`,
     `import vllm.entrypoints.openai.api_server`.
 
@@ -87,6 +88,8 @@ def main() -> int:
     ap.add_argument("--engine-python", help="the engine env's python (vLLM's side); left out: the pack's side only")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--smoke", action="store_true", help="`pass` and the loop only (CI)")
+    ap.add_argument("--scratch", type=Path, help="where the Prefect server's database goes (default: the temp dir); "
+                                                 "its disk's fsync is what a fresh database's migrations wait on")
     args = ap.parse_args()
     py = sys.executable
     result: dict = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": platform.platform(),
@@ -109,8 +112,11 @@ def main() -> int:
         for rep in (1, 2):
             step(f"import prefect.server.api.server #{rep}", timed([py, "-c", "import prefect.server.api.server"],
                                                                    importtime=True))
-        with tempfile.TemporaryDirectory() as d:
-            for rep in (1, 2):  # a fresh database first, then the same one (a rerun's)
+        with tempfile.TemporaryDirectory(dir=args.scratch) as d:
+            # A fresh database first (a bare machine's first run: Prefect migrates it), then the same one
+            # (every later run of that user: ~/.prefect unless PREFECT_HOME says otherwise).
+            os.environ["PREFECT_HOME"] = str(Path(d) / "prefect-home")
+            for rep in (1, 2):
                 step(f"the run's Prefect server to /health #{rep}", prefect_server_start(Path(d)))
         if args.engine_python:
             for rep in (1, 2):
