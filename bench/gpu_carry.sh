@@ -11,7 +11,8 @@
 # and `bash bench/gpu_e2e.sh RESULTS setup` unpacks them (docs/GPU.md).
 set -euo pipefail
 DIR=${1:?usage: gpu_carry.sh DIR (the folder the prepare scripts filled, e.g. .carry)}
-PIECE_MB=${PIECE_MB:-50}
+# 42: the tracked tree is ~17 MB and grows with each raw record; 50 MiB pieces no longer fit beside it.
+PIECE_MB=${PIECE_MB:-42}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cat "$DIR"/vllm/part0* > "$work/vllm-0.25.0-cp38-abi3-manylinux_2_28_x86_64.whl"
