@@ -312,6 +312,10 @@ def vllm_server(tiny_model, tmp_path_factory):
     cfg = write_tiny_config(tmp_path_factory.mktemp("vllm-server"),
                             {"datagen": {"server": {"port": free_port(), "api_key": SHARED_SERVER_KEY}}})
     sup = Supervisor(state_dir_for(cfg.run_dir))
+    # As a run's preflight does first: the engine's probed versions key the server's compile cache
+    # (cached per user: seconds once, nothing after).
+    from eagle3.engines.probe import inspect_engine
+    inspect_engine(cfg, sup, "vllm")
     t0 = time.monotonic()
     proc = start_server(sup, cfg, "datagen", "vllm", cfg.datagen.server)
     server = RunningServer(base_url(cfg.datagen.server), proc, cfg, sup, time.monotonic() - t0,

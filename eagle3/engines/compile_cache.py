@@ -9,6 +9,11 @@ set gets another directory, so a start never reads what a different server compi
 cache checks come on top of that. With no probed version there is no key, and the server compiles in
 a directory of its own start (nothing reused, nothing left in a shared /tmp).
 
+What does not depend on the flags is shared by every key of one engine version, in
+`<engine>/shared-<versions hash>/`: vLLM's answers to "what can this model class do", keyed by vLLM
+itself by the model's source file, which it otherwise gets from a subprocess that imports torch and vLLM
+again (15-25 s of a first start on the H200 machine, a second one for a drafter's class).
+
 Where: `$XDG_CACHE_HOME/eagle3/compile/<engine>/<key>/` when that is provably the user's own (so a
 second run dir of the same model reuses it), else the run dir's `state/compile-cache/`. Never
 Inductor's and Triton's default under /tmp, where another local user could plant kernels first.
@@ -38,11 +43,15 @@ class CacheDir:
     key: str
     reused: bool  # an earlier start of the same key finished with this directory
     busy: bool = False  # the key's directory was another start's at the time: this one compiled apart
+    # Beside the keys, one directory per engine version for what does not depend on a start's flags
+    # (the engine adapter's share_across_keys says what goes there); None without a probed version.
+    shared: Path | None = None
     material: dict | None = field(default=None, repr=False)  # what the key hashes; KEY_FILE's content
     lock_fd: int | None = field(default=None, repr=False)  # held while this start owns the key's directory
 
     def record(self) -> dict:
-        return {"dir": str(self.path), "key": self.key, "reused": self.reused, "busy": self.busy}
+        return {"dir": str(self.path), "key": self.key, "reused": self.reused, "busy": self.busy,
+                "shared": None if self.shared is None else str(self.shared)}
 
     def close(self, ready: bool) -> None:
         """Let the next start of the key in; once this one's server was ready (its compile done), mark the
@@ -127,6 +136,8 @@ def prepare(root: Path, engine: str, material: dict | None, scratch: Path) -> Ca
         return CacheDir(owned.private_dir(scratch, "a server's compile directory"), "", False)
     root = owned.private_dir(root, "the pack's compile cache")
     engine_dir = owned.private_dir(root / engine, "the pack's compile cache")
+    shared = owned.private_dir(engine_dir / f"shared-{cache_key({'versions': material['versions']})[:16]}",
+                               "the pack's compile cache")
     key = cache_key(material)
     path = owned.private_dir(engine_dir / key, "a server's compile directory")
     # One start at a time per key (two shards on one node, two runs of one model): a second start while
@@ -138,11 +149,12 @@ def prepare(root: Path, engine: str, material: dict | None, scratch: Path) -> Ca
     except BlockingIOError:
         os.close(fd)
         shutil.rmtree(scratch, ignore_errors=True)
-        return CacheDir(owned.private_dir(scratch, "a server's compile directory"), key, False, busy=True)
+        return CacheDir(owned.private_dir(scratch, "a server's compile directory"), key, False, busy=True,
+                        shared=shared)
     except BaseException:
         os.close(fd)
         raise
-    return CacheDir(path, key, (path / KEY_FILE).is_file(), material=material, lock_fd=fd)
+    return CacheDir(path, key, (path / KEY_FILE).is_file(), material=material, lock_fd=fd, shared=shared)
 
 
 def gpu_names(indices: list[int]) -> list[str]:

@@ -63,6 +63,10 @@ class Engine:
         Inductor's and Triton's kernels, which otherwise land in a shared /tmp."""
         return {"TORCHINDUCTOR_CACHE_DIR": str(path / "inductor"), "TRITON_CACHE_DIR": str(path / "triton")}
 
+    def share_across_keys(self, path: Path, shared: Path) -> None:
+        """Make what this engine caches under `path` (one key's directory) but does not depend on the
+        flags point into `shared` (one per engine version). Nothing, by default."""
+
     # Points of a start that the engine's log only timestamps (its imports, its engine process's spawn):
     # (step, regex whose group 1 is the line's time, that time's strptime format). Each step runs from the
     # previous point (the launch, for the first) to its own line; the log's clock has 1 s resolution.

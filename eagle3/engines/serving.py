@@ -43,6 +43,8 @@ def start_server(sup: Supervisor, cfg: PipelineConfig, phase: str, engine: str, 
     cache = _compile_dir(cfg, sup, engine, name, argv, server_env, gpus) if engine_env.compile_cache else None
     if cache is not None:
         server_env.update(adapter.compile_cache_env(cache.path))
+        if cache.shared is not None:
+            adapter.share_across_keys(cache.path, cache.shared)
     spec = LaunchSpec(
         name=name,
         argv=argv,

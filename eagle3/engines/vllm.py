@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from pathlib import Path
 
+from .. import owned
 from ..process.readiness import HttpProbe, Probe
 from . import benchclient, loadgen, metrics
 from .engine import SPECULATIVE, Engine
@@ -37,6 +40,20 @@ class Vllm(Engine):
     def compile_cache_env(self, path):
         # vLLM keeps its torch.compile artefacts (and model-inspection answers) under its cache root.
         return {**super().compile_cache_env(path), "VLLM_CACHE_ROOT": str(path / "vllm")}
+
+    def share_across_keys(self, path, shared):
+        # vLLM's model-inspection answers (<cache root>/modelinfos/, each keyed by vLLM by the hash of the
+        # model class's source file): without one, a start imports torch and vLLM once more in a
+        # subprocess to inspect the class, once for the target and once for a drafter.
+        infos = owned.private_dir(shared / "modelinfos", "the pack's compile cache")
+        link = owned.private_dir(path / "vllm", "a server's compile directory") / "modelinfos"
+        if link.is_dir() and not link.is_symlink():  # a key's own, from before they were shared: merged in
+            for answer in link.glob("*.json"):
+                if not (infos / answer.name).exists():
+                    os.replace(answer, infos / answer.name)
+            shutil.rmtree(link)
+        if not os.path.lexists(link):
+            os.symlink(infos, link)
 
     start_steps = (
         ("weights_s", r"Loading weights took ([\d.]+) seconds"),

@@ -140,3 +140,32 @@ def test_a_config_that_also_sets_a_cache_variable_is_refused_naming_the_switch(t
     cfg = write_tiny_config(tmp_path / "b", {"engines": {"vllm": {"compile_cache": False,
                                                                   "env": {"VLLM_CACHE_ROOT": "/tmp/x"}}}})
     assert cfg.engines.vllm.env["VLLM_CACHE_ROOT"] == "/tmp/x"
+
+
+def test_vllm_s_model_inspection_answers_are_shared_by_every_key_of_one_engine_version(tmp_path, model):
+    """vLLM keys its modelinfos by the model class's source file, not by the flags: two keys of one vLLM
+    version (other flags) see the same answers; another version gets a directory of its own."""
+    starts = []
+    for versions, extra in [(VERSIONS, ()), (VERSIONS, ("--max-model-len", "512")), ({**VERSIONS, "vllm": "0.32.0"}, ())]:
+        cache = cc.prepare(tmp_path / "cache", "vllm", cc.key_material("vllm", versions, argv(model, *extra), {}, model, []),
+                           tmp_path / "scratch")
+        VLLM.share_across_keys(cache.path, cache.shared)
+        VLLM.share_across_keys(cache.path, cache.shared)  # the next start of the key finds the link in place
+        starts.append(cache)
+    first, other_flags, other_version = starts
+    # A key's own answers from before they were shared are merged in.
+    older = cc.prepare(tmp_path / "cache", "vllm", cc.key_material("vllm", VERSIONS, argv(model, "--seed", "1"), {}, model, []),
+                       tmp_path / "scratch")
+    (older.path / "vllm" / "modelinfos").mkdir(parents=True)
+    (older.path / "vllm" / "modelinfos" / "qwen-def.json").write_text("{}")
+    VLLM.share_across_keys(older.path, older.shared)
+    assert (first.shared / "modelinfos" / "qwen-def.json").is_file() and (older.path / "vllm" / "modelinfos").is_symlink()
+    older.close(ready=True)
+    assert first.path != other_flags.path and first.shared == other_flags.shared != other_version.shared
+    infos = Path(VLLM.compile_cache_env(first.path)["VLLM_CACHE_ROOT"]) / "modelinfos"
+    (infos / "llama-abc.json").write_text("{}")  # what vLLM writes after its first inspection
+    assert (Path(VLLM.compile_cache_env(other_flags.path)["VLLM_CACHE_ROOT"]) / "modelinfos" / "llama-abc.json").is_file()
+    assert not (Path(VLLM.compile_cache_env(other_version.path)["VLLM_CACHE_ROOT"]) / "modelinfos" / "llama-abc.json").exists()
+    assert stat.S_IMODE((first.shared / "modelinfos").stat().st_mode) == 0o700
+    for cache in starts:
+        cache.close(ready=True)

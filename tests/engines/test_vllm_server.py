@@ -68,6 +68,11 @@ def test_it_compiles_into_the_directory_its_start_record_names(vllm_server):
     assert (environ["VLLM_CACHE_ROOT"], environ["TORCHINDUCTOR_CACHE_DIR"], environ["TRITON_CACHE_DIR"]) == (
         str(where / "vllm"), str(where / "inductor"), str(where / "triton"))
     assert where.is_dir() and stat.S_IMODE(where.stat().st_mode) == 0o700 and where.stat().st_uid == os.getuid()
+    # vLLM's model-inspection answer went into the directory every key of this vLLM version shares: the next
+    # start with other flags skips the subprocess that imports torch and vLLM again to inspect the class.
+    shared = Path(row["compile_cache"]["shared"]) / "modelinfos"
+    assert (where / "vllm" / "modelinfos").resolve() == shared.resolve()
+    assert any(p.suffix == ".json" for p in shared.iterdir()), sorted(shared.iterdir())
 
 
 def test_models_lists_the_served_name(vllm_server):
