@@ -21,7 +21,7 @@ pytestmark = pytest.mark.timeout(600)
 SMOKED = {"datagen_vs_vllm_bench.py", "datagen_client_split.py", "handoff_bench.py", "devfile_probe.py", "flow_overhead_bench.py",
           "parity_probe.py", "record_bench_history.py", "gpu_e2e_record.py",  # gpu_e2e_record: tests/bench/test_gpu_record.py
           "fanout_bench.py", "first_phase_bench.py", "one_server_probe.py", "noise_sampler.py",
-          "startup_probe.py"}  # fanout_bench: tests/flows/test_fanout.py, on that test's two nodes
+          "startup_probe.py", "modelinfo_share_bench.py"}  # fanout_bench: tests/flows/test_fanout.py, on that test's two nodes
 SHELL = {"gpu_carry.sh", "gpu_e2e.sh", "gpu_pack_deps.sh", "gpu_sglang.sh", "gpu_sglang_deps.sh", "gpu_wait.sh",
          "run_on_gpu.sh"}
 engine = [pytest.mark.slow, pytest.mark.engine]
@@ -77,6 +77,18 @@ def test_startup_probe_smoke_and_its_importtime_summary(tmp_path):
     # Top-level packages by their cumulative time (a nested import counted once, in its parent).
     assert summary["packages_s"] == {"c": 0.02, "a": 0.004} and summary["modules"] == 3
     assert list(summary["modules_self_s"]) == ["c", "a", "a.b"]
+
+
+@pytest.mark.slow
+@pytest.mark.engine
+def test_modelinfo_share_bench_smoke():
+    """Three real vLLM CPU starts: the warm-up fills the shared answers; the "own" start, with them
+    removed, inspects the model in vLLM's subprocess, the "shared" one finds them; each under a key of its own."""
+    res = _script("modelinfo_share_bench.py", "--smoke", timeout=400)
+    result = json.loads(res.stdout[res.stdout.index("{\n"):])
+    (row,) = result["rounds"]
+    assert row["own"]["key"] != row["shared"]["key"] and row["own"]["shared"] == row["shared"]["shared"]
+    assert result["median_s"]["own"] > 0 and "not a measurement" in result["smoke"]
 
 
 def test_first_phase_bench_smoke():
