@@ -303,6 +303,39 @@ def check_shm(cfg: PipelineConfig, shm_dir: Path | None = None) -> Check:
     return Check("shm", PASS, f"{shm}: {_gb(free)} free, TP={tp}")
 
 
+def tp_splits(heads: int, kv_heads: int, tp: int) -> bool:
+    """Whether `tp` ranks split the attention evenly, as vLLM's and SGLang's parallel layers demand: the
+    query heads divided among them, the KV heads divided too, or (fewer KV heads than ranks) replicated
+    a whole number of times."""
+    return heads % tp == 0 and (kv_heads % tp == 0 if kv_heads >= tp else tp % kv_heads == 0)
+
+
+def check_tensor_parallel(cfg: PipelineConfig) -> Check | None:
+    """A tensor-parallel size the target's heads cannot be split by: the engine refuses it only after
+    its imports and weight load (SmolLM2-135M's 9 query / 3 KV heads allow 1 or 3, never 2)."""
+    tp = cfg.target.tensor_parallel_size
+    if tp == 1:
+        return None
+    try:
+        config = target_config(cfg.target.model)
+    except ConfigError as e:
+        return Check("tensor-parallel", FAIL, str(e), "restore the model's config.json")
+    text = config["text_config"] if isinstance(config.get("text_config"), dict) else config
+    heads, kv = text.get("num_attention_heads"), text.get("num_key_value_heads", text.get("num_attention_heads"))
+    where = f"{cfg.target.model}/config.json"
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in (heads, kv)):
+        return Check("tensor-parallel", WARN, f"{where} gives no head counts (num_attention_heads, "
+                     f"num_key_value_heads): whether TP={tp} splits them is found only when the engine loads it")
+    if tp_splits(heads, kv, tp):
+        return Check("tensor-parallel", PASS, f"TP={tp} splits {heads} query / {kv} KV heads evenly")
+    sizes = [n for n in range(1, max(len(cfg.gpus), 1) + 1) if tp_splits(heads, kv, n)]
+    return Check("tensor-parallel", FAIL,
+                 f"target.tensor_parallel_size {tp} does not split the {heads} query / {kv} KV heads of {where} "
+                 "evenly: the engine would refuse it after its imports and weight load",
+                 f"set target.tensor_parallel_size to {' or '.join(map(str, sizes))} (the sizes up to the "
+                 f"{len(cfg.gpus)} GPUs in 'gpus' that split these heads)")
+
+
 def check_drafter(cfg: PipelineConfig) -> Check | None:
     """The drafter the benchmark will serve: bench.drafter if set, else the train phase's (once trained)."""
     from .bench.inputs import drafter_gate
@@ -380,6 +413,7 @@ def run_doctor(cfg: PipelineConfig, sup: Supervisor | None = None, engines: bool
     timed(check_model_files, cfg)
     timed(check_ports, cfg, sup)
     timed(check_shm, cfg)
+    timed(check_tensor_parallel, cfg)
     timed(check_disk, cfg)
     timed(check_aux_layers, cfg)
     timed(check_network_exposure, cfg)

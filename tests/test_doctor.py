@@ -11,7 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from eagle3.cli import app
-from eagle3.doctor import (FAIL, PASS, WARN, check_aux_layers, check_disk, check_network_exposure, check_ports, check_target_support, run_doctor)
+from eagle3.doctor import (FAIL, PASS, WARN, check_aux_layers, check_disk, check_network_exposure, check_ports, check_target_support,
+                           check_tensor_parallel, run_doctor)
 from eagle3.process.services import Supervisor
 from eagle3.phases.train_manifest import MANIFEST_SCHEMA
 
@@ -241,3 +242,33 @@ def test_target_without_architectures_names_the_file_the_field_and_the_fix(make_
     other = _fake_target(tmp_path, "odd", {"model_type": "odd_arch", "architectures": [], "num_hidden_layers": 8})
     [c] = check_target_support(make_config({"target": {"model": str(other)}}, run_dir=tmp_path / "r2"), sup, "vllm")
     assert c.status == FAIL and "<ModelClass>" in c.fix and "'odd_arch'" in c.fix
+
+
+@pytest.mark.parametrize("heads, kv, tp, gpus, status, sizes", [
+    (9, 3, 2, 2, FAIL, "1"),          # SmolLM2-135M on two GPUs: 9 query heads do not halve
+    (9, 3, 2, 4, FAIL, "1 or 3"),
+    (9, 3, 3, 3, PASS, None),
+    (32, 8, 4, 4, PASS, None),
+    (32, 8, 16, 16, PASS, None),      # fewer KV heads than ranks: each replicated twice
+    (32, 6, 4, 4, FAIL, "1 or 2"),    # 6 KV heads: neither divided by 4 nor dividing it
+    (12, 3, 4, 4, FAIL, "1 or 3"),    # 4 ranks on 3 KV heads: no whole replication
+])
+def test_a_tensor_parallel_size_the_heads_cannot_be_split_by_is_refused_naming_the_sizes_that_can(
+        make_config, tmp_path, heads, kv, tp, gpus, status, sizes):
+    target = _fake_target(tmp_path, "t", {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 8,
+                                          "num_attention_heads": heads, "num_key_value_heads": kv})
+    cfg = make_config({"target": {"model": str(target), "tensor_parallel_size": tp}, "gpus": list(range(gpus))},
+                      run_dir=tmp_path / "run")
+    c = check_tensor_parallel(cfg)
+    assert c.status == status, c
+    if status == FAIL:
+        assert "target.tensor_parallel_size" in c.reason and f"{target}/config.json" in c.reason
+        assert f"{heads} query / {kv} KV heads" in c.reason and f"set target.tensor_parallel_size to {sizes} " in c.fix
+
+
+def test_tensor_parallel_one_needs_no_check_and_unknown_heads_only_warn(make_config, tmp_path):
+    target = _fake_target(tmp_path, "t", {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 8})
+    assert check_tensor_parallel(make_config({"target": {"model": str(target)}}, run_dir=tmp_path / "a")) is None
+    c = check_tensor_parallel(make_config({"target": {"model": str(target), "tensor_parallel_size": 2}, "gpus": [0, 1]},
+                                          run_dir=tmp_path / "b"))
+    assert c.status == WARN and "num_attention_heads" in c.reason

@@ -145,7 +145,9 @@ class Target(Strict):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="The target's dtype on "
                                                                                           "every server.")
     max_model_len: int = Field(4096, gt=0, description="Context length of every server.")
-    tensor_parallel_size: int = Field(1, ge=1, description="GPUs one server spans.")
+    tensor_parallel_size: int = Field(1, ge=1, description=(
+        "GPUs one server spans. It must split the target's attention heads evenly (the doctor's "
+        "`tensor-parallel` check names the sizes that do: SmolLM2-135M's 9 query / 3 KV heads allow 1 or 3)."))
     trust_remote_code: bool = Field(False, description="Let the engines run the model's own code.")
 
 
