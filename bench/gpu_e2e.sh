@@ -197,6 +197,7 @@ if not drafter:
     drafter = json.loads((repo / "runs/h200-smollm2/train/manifest.json").read_text())["checkpoint"]
 raw.update(name="h200-smollm2-ksweep", run_dir="../runs/h200-smollm2-ksweep")
 bench = raw["bench"]
+bench.pop("max_windows", None)  # exactly WINDOWS slots: a sweep's length is planned against the device time
 bench.update(drafter=drafter, drafter_trained=True, num_speculative_tokens=ks, rounds=1, windows=windows, concurrency=cs,
              schedule="interleaved", aa_twin=True, parity={"enabled": False})
 share = math.floor(90 / (len(ks) + 2)) / 100  # every server of the round at once, within 0.9 of the GPU

@@ -380,6 +380,13 @@ INTERLEAVED_CASES = [
      "the baseline's twin on port 18601, which is also datagen.server.port"),
     ("gpu-twin-over-budget", {**ON_GPU, "bench.aa_twin": True, CAP: ["--gpu-memory-utilization", "0.25"]}, CAP,
      "0.25 x 4 servers = 1.00 of each GPU"),
+    ("max-windows-sequential", {"bench.max_windows": 8}, "bench.max_windows", "set bench.schedule: interleaved"),
+    ("max-windows-below-windows", {**INTERLEAVED, "bench.windows": 5, "bench.max_windows": 4}, "bench.max_windows",
+     "set it to at least 5"),
+    ("max-windows-one-slot", {**INTERLEAVED, "bench.windows": 1, "bench.max_windows": 6}, "bench.windows",
+     "set bench.windows to at least 2"),
+    ("target-halfwidth-zero", {**INTERLEAVED, "bench.max_windows": 6, "bench.target_halfwidth_pct": 0},
+     "bench.target_halfwidth_pct", "greater than 0"),
 ]
 
 CLASSES = {"strict-scalar": STRICT_SCALARS, "run-dir": RUN_DIRS, "input-file": INPUT_FILES,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from pathlib import Path
 from typing import Callable
@@ -19,6 +20,7 @@ from ..openai_client import OpenAIClient, RetryPolicy
 from ..process.services import Process, Supervisor
 from ..phases import run_coroutine
 from .paths import PHASE, BenchPaths, slug
+from .repeats import pair_by_slot, paired_ratio_interval
 
 WINDOW_ATTEMPTS = 3  # measurements of one window before foreign traffic fails the phase
 log = logging.getLogger("eagle3.bench")
@@ -230,6 +232,24 @@ class BenchServer:
             self.record["stop"] = {"signal": stopped.signal, "seconds": stopped.seconds, "clean": stopped.clean}
 
 
+def narrow_enough(servers: list[BenchServer], concurrencies: list[int], target_pct: float) -> bool:
+    """Whether every paired ratio to the baseline, at every concurrency, is narrow enough to stop adding
+    window slots: a speedup decided (its 95 % interval wholly above or below 1) or within ±target_pct,
+    the baseline's twin within ±target_pct (an A/A check is never "decided")."""
+    base = next(s for s in servers if not s.k and not s.twin)
+    for other in (s for s in servers if s is not base):
+        for c in concurrencies:
+            at = lambda server: [w for w in server.record.get("windows", []) if w["concurrency"] == c]  # noqa: E731
+            ratio = paired_ratio_interval(pair_by_slot(at(other), at(base)) or [])
+            if ratio["lo"] is None:
+                return False
+            half_pct = (math.sqrt(ratio["hi"] / ratio["lo"]) - 1) * 100
+            decided = not other.twin and (ratio["lo"] > 1 or ratio["hi"] < 1)
+            if not decided and half_pct > target_pct:
+                return False
+    return True
+
+
 def measure_server(cfg: PipelineConfig, sup: Supervisor, label: str, k: int, drafter: str | None,
                    dataset: Path, num_prompts: int, warmup_texts: list[str],
                    on_window: Callable[[], None] = lambda: None,
@@ -258,12 +278,14 @@ def measure_interleaved(cfg: PipelineConfig, sup: Supervisor, plan: list[tuple[s
                         dataset: Path, num_prompts: int, warmup_texts: list[str], round_: int,
                         on_window: Callable[[], None] = lambda: None,
                         before_window: Callable[[str, int, int], None] = lambda label, k, concurrency: None,
-                        probes: list[dict] = ()) -> list[dict]:
+                        probes: list[dict] = (), on_extra_slot: Callable[[int], None] = lambda windows: None
+                        ) -> list[dict]:
     """bench.schedule interleaved: every (label, k, twin) of `plan` served at once, each on its own port
     (bench.server_ports()), started one after another; then each window slot (repeat, concurrency)
     measures every server in turn, the order rotated by one each repeat, so drift lands on every config
-    alike and each k's window pairs with the baseline's window of its slot ("slot", stats.py). Every
-    server is stopped, whatever happened. Returns their records, in plan order."""
+    alike and each k's window pairs with the baseline's window of its slot ("slot", stats.py). With
+    bench.max_windows, slots go on until narrow_enough (each extra slot announced to `on_extra_slot` with
+    its window count). Every server is stopped, whatever happened. Returns their records, in plan order."""
     ports = cfg.bench.server_ports()
     servers = [BenchServer(cfg, sup, label, k, drafter if k else None, warmup_texts, port=port, twin=twin,
                            instance=f"k{k}" if k else "baseline-twin" if twin else "baseline")
@@ -271,7 +293,12 @@ def measure_interleaved(cfg: PipelineConfig, sup: Supervisor, plan: list[tuple[s
     try:
         for server in servers:
             server.start()
-        for repeat in range(1, cfg.bench.windows + 1):
+        repeat, b = 0, cfg.bench
+        while repeat < b.windows or (b.max_windows and repeat < b.max_windows
+                                     and not narrow_enough(servers, b.concurrency, b.target_halfwidth_pct)):
+            repeat += 1
+            if repeat > b.windows:
+                on_extra_slot(len(servers) * len(b.concurrency))
             turn = (repeat - 1) % len(servers)
             order = servers[turn:] + servers[:turn]
             for c in cfg.bench.concurrency:

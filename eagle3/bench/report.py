@@ -37,7 +37,10 @@ def markdown(results: dict, plot_name: str | None = None) -> str:
         f"- repeats: {results.get('windows', 1)} window(s) per server and concurrency, {results.get('rounds', 1)} "
         "round(s) of server starts; each figure is the mean over its windows, [95 % interval] over them"
         + ("; every server of a round ran at once and their windows took turns (schedule interleaved): each "
-           "speedup is paired slot by slot" if results.get("schedule") == "interleaved" else ""),
+           "speedup is paired slot by slot" if results.get("schedule") == "interleaved" else "")
+        + (f"; with max_windows {results['max_windows']}, slots went on past these until every speedup was decided "
+           f"or within ±{results['target_halfwidth_pct']:g} % and the twin within it (the windows column says how "
+           "many each point got)" if results.get("max_windows") else ""),
         "",
         "| config | concurrency | output tok/s | speedup | speedup [95 %] | verdict | mean TPOT ms | TPOT speedup | "
         "acceptance % | acceptance length | per position % | windows | failed |",

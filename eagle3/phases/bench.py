@@ -135,20 +135,24 @@ def run_bench(cfg: PipelineConfig, sup: Supervisor) -> PhaseSummary:
     # (label, k, round, twin): every server of every round, the baseline's twin last in each (bench.aa_twin)
     plan = [(_label(k, n, twin), k, n, twin) for n in range(1, b.rounds + 1)
             for k, twin in [(0, False), *((k, False) for k in b.num_speculative_tokens), *[(0, True)] * b.aa_twin]]
-    total, done = len(plan) * len(b.concurrency) * b.windows, [0]
+    # The total grows when bench.max_windows adds slots until the intervals are narrow (measure_interleaved).
+    total, done = [len(plan) * len(b.concurrency) * b.windows], [0]
     prog = PhaseProgress(PHASE, unit="windows")
-    prog(0, total)
+    prog(0, total[0])
 
     def tick(windows: int = 1) -> None:
         done[0] += windows
-        prog(done[0], total)
+        prog(done[0], total[0])
+
+    def grow(windows: int) -> None:
+        total[0] += windows
 
     def announce(label: str, k: int) -> Callable[[int], None]:
-        return lambda c: prog.step(f"window {done[0] + 1}/{total}: {label}, concurrency {c}", window=done[0] + 1,
+        return lambda c: prog.step(f"window {done[0] + 1}/{total[0]}: {label}, concurrency {c}", window=done[0] + 1,
                                    k=k, concurrency=c)
 
     measure = _interleaved if b.schedule == "interleaved" else _sequential
-    runs, handoffs = measure(cfg, sup, plan, drafter, prompts, probes, dataset, tick, announce, paths)
+    runs, handoffs = measure(cfg, sup, plan, drafter, prompts, probes, dataset, tick, announce, paths, grow)
 
     results = _assemble(cfg, drafter, prompts, runs, handoffs)
     w = cfg.bench.watch
@@ -192,7 +196,7 @@ def _saved(paths: BenchPaths, label: str, key: str) -> dict | None:
     return saved["run"] if saved and saved.get("key") == key else None
 
 
-def _sequential(cfg, sup, plan, drafter, prompts, probes, dataset, tick, announce, paths):
+def _sequential(cfg, sup, plan, drafter, prompts, probes, dataset, tick, announce, paths, grow):
     """One server after another, a handoff between two; a retried run reuses each finished server."""
     b, runs, handoffs, last_started = cfg.bench, [], [], None
     for i, (label, k, round_, _) in enumerate(plan, 1):
@@ -216,7 +220,7 @@ def _sequential(cfg, sup, plan, drafter, prompts, probes, dataset, tick, announc
     return runs, handoffs
 
 
-def _interleaved(cfg, sup, plan, drafter, prompts, probes, dataset, tick, announce, paths):
+def _interleaved(cfg, sup, plan, drafter, prompts, probes, dataset, tick, announce, paths, grow):
     """Each round's servers all at once, their windows taking turns (measure_interleaved); a handoff
     between two rounds. A retried run reuses a round only if every server of it finished."""
     b, runs, handoffs, last_round = cfg.bench, [], [], None
@@ -228,7 +232,9 @@ def _interleaved(cfg, sup, plan, drafter, prompts, probes, dataset, tick, announ
             log.info("bench: reusing the finished round %d (%s) from a previous attempt", round_,
                      ", ".join(label for label, _, _ in group))
             runs += saved
-            tick(len(group) * len(b.concurrency) * b.windows)
+            extra = sum(len(run["windows"]) for run in saved) - len(group) * len(b.concurrency) * b.windows
+            grow(max(0, extra))
+            tick(sum(len(run["windows"]) for run in saved))
             continue
         if last_round is not None:
             handoffs.append(_handoff(cfg, sup, f"round {last_round}", f"round {round_}"))
@@ -238,7 +244,7 @@ def _interleaved(cfg, sup, plan, drafter, prompts, probes, dataset, tick, announ
         measured = measure_interleaved(cfg, sup, group, drafter["path"], dataset, prompts["count"],
                                        prompts["warmup_texts"], round_, on_window=tick,
                                        before_window=lambda label, k, c: announce(label, k)(c),
-                                       probes=probes if round_ == 1 else ())
+                                       probes=probes if round_ == 1 else (), on_extra_slot=grow)
         for (label, _, _), key, run in zip(group, keys, measured):
             run["round"] = round_
             atomic_write_json(paths.servers / f"{slug(label)}.json", {"key": key, "run": run})
@@ -346,5 +352,6 @@ def _assemble(cfg: PipelineConfig, drafter: dict, prompts: dict, runs: list[dict
         "parity": _parity(cfg, drafter, runs),
         "categories": category_table({r["k"]: r.get("probes", []) for r in runs if r["k"] and r.get("probes")}),
         "windows": b.windows, "rounds": b.rounds, "schedule": b.schedule,
+        "max_windows": b.max_windows, "target_halfwidth_pct": b.target_halfwidth_pct if b.max_windows else None,
         "aa": rounds_agree(runs) if b.rounds > 1 else None, "aa_twin": twin_agrees(runs) if b.aa_twin else None,
     }

@@ -71,6 +71,13 @@ class Bench(PhaseSettings):
         "next ports up), and the windows take turns (baseline, k..., baseline, k... per window), so drift "
         "in the machine hits every config alike and each speedup is judged on paired windows. On GPUs each "
         "server must then be capped so that all fit: the engine's memory-share flag in `server.extra_args`."))
+    max_windows: int | None = Field(None, ge=2, le=50, description=(
+        "With schedule interleaved: keep adding window slots after `windows` until every speedup's 95 % interval "
+        "is decided (wholly above or below 1) or within ±`target_halfwidth_pct`, and the baseline twin's within "
+        "it, at every concurrency; at most this many slots. Unset: exactly `windows`. Cost: up to "
+        "(max_windows - windows) more slots, each one window per server per concurrency."))
+    target_halfwidth_pct: float = Field(3.0, gt=0, le=50, description=(
+        "With `max_windows`: the half-width, in percent, at which a paired speedup's interval is narrow enough."))
     aa_twin: bool = Field(False, description=(
         "With schedule interleaved: a second baseline server beside the others, measured in every window slot "
         "like them. Its paired ratio to the baseline is an A/A check in every run (it must show no change), and "
@@ -127,10 +134,21 @@ class Bench(PhaseSettings):
 
     def checks(self, cfg) -> list[tuple[str, str]]:
         if self.schedule != "interleaved":
-            return [("bench.aa_twin", "the baseline's twin is measured beside the others, which only the interleaved "
-                                      "schedule does: set bench.schedule: interleaved, or remove aa_twin")] \
-                if self.aa_twin else []
+            problems = [("bench.aa_twin", "the baseline's twin is measured beside the others, which only the "
+                                          "interleaved schedule does: set bench.schedule: interleaved, or remove "
+                                          "aa_twin")] if self.aa_twin else []
+            if self.max_windows is not None:
+                problems.append(("bench.max_windows", "more windows until the intervals are narrow need every server "
+                                                      "up at once, which only the interleaved schedule does: set "
+                                                      "bench.schedule: interleaved, or remove max_windows"))
+            return problems
         problems = []
+        if self.max_windows is not None and self.max_windows < max(self.windows, 2):
+            problems.append(("bench.max_windows", f"{self.max_windows} is below bench.windows ({self.windows}); it is the "
+                                                  f"most window slots: set it to at least {max(self.windows, 2)}"))
+        if self.max_windows is not None and self.windows < 2:
+            problems.append(("bench.windows", "an interval needs 2 window slots before it can be narrow enough: set "
+                                              "bench.windows to at least 2 with max_windows"))
         extra = self.server_ports()[1:]
         if extra[-1] > 65535:
             problems.append(("bench.server.port", f"the interleaved schedule needs ports {self.server.port}-"
