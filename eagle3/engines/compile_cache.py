@@ -12,7 +12,8 @@ a directory of its own start (nothing reused, nothing left in a shared /tmp).
 What does not depend on the flags is shared by every key of one engine version, in
 `<engine>/shared-<versions hash>/`: vLLM's answers to "what can this model class do", keyed by vLLM
 itself by the model's source file, which it otherwise gets from a subprocess that imports torch and vLLM
-again (15-25 s of a first start on the H200 machine, a second one for a drafter's class).
+again (a second one for a drafter's class): 7 of a 22 s start of the tiny model on the 2-core CPU box
+(bench/modelinfo_share_bench.py); on the H200 machine the API server's own imports took 14-25 s.
 
 Where: `$XDG_CACHE_HOME/eagle3/compile/<engine>/<key>/` when that is provably the user's own (so a
 second run dir of the same model reuses it), else the run dir's `state/compile-cache/`. Never
