@@ -12,6 +12,7 @@
 #   bash bench/gpu_e2e.sh RESULTS real       # eagle3 run configs/h200-smollm2.yaml (rerun it to resume)
 #   bash bench/gpu_e2e.sh RESULTS offline    # eagle3 run configs/h200-tiny.yaml (rerun it to resume)
 #   bash bench/gpu_e2e.sh RESULTS online     # eagle3 run configs/h200-tiny-online.yaml (phase 1 reused)
+#   bash bench/gpu_e2e.sh RESULTS handoff    # the handoff bench alone (carry .carry/pack-deps; no setup needed)
 #   bash bench/gpu_e2e.sh RESULTS record     # rebuild RESULTS/gpu-e2e-summary.json and the raw record
 #   bash bench/gpu_e2e.sh RESULTS run-files  # RESULTS/run-files.tar.gz alone: every run's small files
 #   bash bench/gpu_e2e.sh RESULTS drafter-out  # the real run's drafter, less its embed_tokens copy, in pieces
@@ -208,6 +209,15 @@ print(f"ksweep: k {ks}, drafter {drafter}, {len(ks) + 2} servers at {share} of t
       f"concurrency {cs}")
 PY
     run_config "$REPO/configs/.h200-smollm2-ksweep.yaml" "$RESULTS/run-ksweep.log" --only bench; rc=$? ;;
+  handoff)
+    # The handoff bench alone, for a device budget too short for setup (it needs no engine): the pack's
+    # wheels only, carried as .carry/pack-deps (~38 MB, beside the tree in one command), or PACK_DEPS.
+    [ -d "$SITE/pack/pydantic" ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+      --target "$SITE/pack" "${PACK_DEPS:-$REPO/.carry/pack-deps}"/*.whl || exit 1
+    t0=$(date +%s.%N)
+    PYTHONPATH="$PACK_PATH" python3 "$REPO/bench/handoff_bench.py" --pack-rounds 10 --ritual-rounds 1 \
+      --out "$RESULTS/handoff-h200.json" > "$RESULTS/handoff-h200.log" 2>&1; rc=$?
+    event "\"part\": \"handoff-bench\", \"rc\": $rc, \"seconds\": $(since "$t0")" ;;
   record) rc=0 ;;
   session)
     # One session's worth, most important first; each later part only if DEADLINE (epoch seconds) leaves
