@@ -45,6 +45,32 @@ pack() { PYTHONPATH="$PACK_PATH" python3 -m eagle3.cli "$@"; }
 stamp() { date -u +%FT%T.%3NZ; }
 since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }'; }
 event() { printf '{"at": "%s", "step": "%s", %s}\n' "$(stamp)" "$STEP" "$1" >> "$RESULTS/events.jsonl"; }
+left() { echo $(( ${DEADLINE:-9999999999} - $(date +%s) )); }  # seconds to DEADLINE (epoch): the session steps
+
+handoff_bench() {  # 10 pack rounds, each paired with a floor round, and one round of the operator's ritual
+  local t0 rc
+  t0=$(date +%s.%N)
+  PYTHONPATH="$PACK_PATH" python3 "$REPO/bench/handoff_bench.py" --pack-rounds 10 --ritual-rounds 1 \
+    --out "$RESULTS/handoff-h200.json" > "$RESULTS/handoff-h200.log" 2>&1; rc=$?
+  event "\"part\": \"handoff-bench\", \"rc\": $rc, \"seconds\": $(since "$t0")"
+  return $rc
+}
+
+sampled() {  # RUN_DIR COMMAND...: COMMAND with the noise sampler beside it (issue 37: the machine's state
+  # beside the benchmark's timings; it only reads NVML and /proc, and is ended by its PID), then the
+  # sampler's explanation of RUN_DIR's benchmark, if it has one
+  local run=$1 sampler rc
+  shift
+  PYTHONPATH="$PACK_PATH" python3 "$REPO/bench/noise_sampler.py" sample "$RESULTS/noise-samples.jsonl" \
+    --interval 0.5 > "$RESULTS/noise-sampler.log" 2>&1 &
+  sampler=$!
+  "$@"; rc=$?
+  kill -TERM "$sampler" 2>/dev/null; wait "$sampler"
+  [ -s "$run/bench/results.json" ] &&
+    PYTHONPATH="$PACK_PATH" python3 "$REPO/bench/noise_sampler.py" explain "$RESULTS/noise-samples.jsonl" \
+      "$run/bench/results.json" --json "$RESULTS/noise-explain.json" > /dev/null 2>&1
+  return $rc
+}
 
 wrappers() {
   local bin="$REPO/.gpu-engine/bin"
@@ -214,36 +240,18 @@ PY
     # wheels only, carried as .carry/pack-deps (~38 MB, beside the tree in one command), or PACK_DEPS.
     [ -d "$SITE/pack/pydantic" ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
       --target "$SITE/pack" "${PACK_DEPS:-$REPO/.carry/pack-deps}"/*.whl || exit 1
-    t0=$(date +%s.%N)
-    PYTHONPATH="$PACK_PATH" python3 "$REPO/bench/handoff_bench.py" --pack-rounds 10 --ritual-rounds 1 \
-      --out "$RESULTS/handoff-h200.json" > "$RESULTS/handoff-h200.log" 2>&1; rc=$?
-    event "\"part\": \"handoff-bench\", \"rc\": $rc, \"seconds\": $(since "$t0")" ;;
+    handoff_bench; rc=$? ;;
   record) rc=0 ;;
   session)
     # One session's worth, most important first; each later part only if DEADLINE (epoch seconds) leaves
     # it the time it needs, so the last command still brings back a complete record.
-    left() { echo $(( ${DEADLINE:-9999999999} - $(date +%s) )); }
-    # The machine's state beside the benchmark's timings (issue 37: what moves a window's speed). It only
-    # reads NVML and /proc; this step started it, and ends it by its PID.
-    PYTHONPATH="$PACK_PATH" python3 "$REPO/bench/noise_sampler.py" sample "$RESULTS/noise-samples.jsonl" \
-      --interval 0.5 > "$RESULTS/noise-sampler.log" 2>&1 &
-    sampler=$!
-    run_config "$REPO/configs/h200-smollm2.yaml" "$RESULTS/run-real.log"; rc=$?
-    kill -TERM "$sampler" 2>/dev/null; wait "$sampler"
-    [ -s "$REPO/runs/h200-smollm2/bench/results.json" ] &&
-      PYTHONPATH="$PACK_PATH" python3 "$REPO/bench/noise_sampler.py" explain "$RESULTS/noise-samples.jsonl" \
-        "$REPO/runs/h200-smollm2/bench/results.json" --json "$RESULTS/noise-explain.json" > /dev/null 2>&1
+    sampled "$REPO/runs/h200-smollm2" run_config "$REPO/configs/h200-smollm2.yaml" "$RESULTS/run-real.log"; rc=$?
     # A rerun of the same config (issue 39: time from `eagle3 run` to its first phase on a rerun): every
     # finished phase is skipped, and a failed benchmark reuses its finished servers (no server starts).
     if [ "$(left)" -gt 110 ]; then
       BUDGET_S=90 run_config "$REPO/configs/h200-smollm2.yaml" "$RESULTS/run-rerun.log"
     fi
-    if [ "$(left)" -gt 90 ]; then
-      t0=$(date +%s.%N)
-      PYTHONPATH="$PACK_PATH" python3 "$REPO/bench/handoff_bench.py" --pack-rounds 10 --ritual-rounds 1 \
-        --out "$RESULTS/handoff-h200.json" > "$RESULTS/handoff-h200.log" 2>&1
-      event "\"part\": \"handoff-bench\", \"rc\": $?, \"seconds\": $(since "$t0")"
-    fi
+    [ "$(left)" -gt 90 ] && handoff_bench
     bash "$0" "$RESULTS" drafter-out > "$RESULTS/drafter-out.log" 2>&1
     event "\"ended\": true, \"rc\": $rc"
     ;;
@@ -253,25 +261,12 @@ PY
     # sweep's config (time to the first phase when nothing changed); the handoff bench with its floor
     # rounds; where imports spend a start's time (bench/startup_probe.py). Each part after the sweep runs only
     # if DEADLINE (epoch seconds) leaves it the time it needs.
-    left() { echo $(( ${DEADLINE:-9999999999} - $(date +%s) )); }
-    PYTHONPATH="$PACK_PATH" python3 "$REPO/bench/noise_sampler.py" sample "$RESULTS/noise-samples.jsonl" \
-      --interval 0.5 > "$RESULTS/noise-sampler.log" 2>&1 &
-    sampler=$!
-    BUDGET_S=$(( $(left) - ${SWEEP_RESERVE_S:-150} )) bash "$0" "$RESULTS" ksweep; rc=$?
-    kill -TERM "$sampler" 2>/dev/null; wait "$sampler"
-    sweep="$REPO/runs/h200-smollm2-ksweep"
-    [ -s "$sweep/bench/results.json" ] &&
-      PYTHONPATH="$PACK_PATH" python3 "$REPO/bench/noise_sampler.py" explain "$RESULTS/noise-samples.jsonl" \
-        "$sweep/bench/results.json" --json "$RESULTS/noise-explain.json" > /dev/null 2>&1
+    sampled "$REPO/runs/h200-smollm2-ksweep" env BUDGET_S=$(( $(left) - ${SWEEP_RESERVE_S:-150} )) \
+      bash "$0" "$RESULTS" ksweep; rc=$?
     if [ "$rc" = 0 ] && [ "$(left)" -gt 60 ]; then
       BUDGET_S=90 run_config "$REPO/configs/.h200-smollm2-ksweep.yaml" "$RESULTS/run-rerun.log" --only bench
     fi
-    if [ "$(left)" -gt 80 ]; then
-      t0=$(date +%s.%N)
-      PYTHONPATH="$PACK_PATH" python3 "$REPO/bench/handoff_bench.py" --pack-rounds 10 --ritual-rounds 1 \
-        --out "$RESULTS/handoff-h200.json" > "$RESULTS/handoff-h200.log" 2>&1
-      event "\"part\": \"handoff-bench\", \"rc\": $?, \"seconds\": $(since "$t0")"
-    fi
+    [ "$(left)" -gt 80 ] && handoff_bench
     if [ "$(left)" -gt 60 ]; then
       t0=$(date +%s.%N)
       timeout -s TERM $(( $(left) - 30 )) env PYTHONPATH="$PACK_PATH" python3 "$REPO/bench/startup_probe.py" \
