@@ -34,6 +34,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # the run's Prefect server is started by the pack's own code (flows/local_server.py)
 LOOP = "import time; t = time.perf_counter(); s = 0\nfor i in range(10_000_000): s += i\nprint(time.perf_counter() - t)"
 
 
@@ -71,7 +72,6 @@ def timed(argv: list[str], env: dict | None = None, importtime: bool = False) ->
 
 def prefect_server_start(run_dir: Path) -> dict:
     """The run's Prefect server, as `eagle3 run` starts it, until its /health answers; then stopped."""
-    sys.path.insert(0, str(REPO))
     from eagle3.process.services import Supervisor
     from flows.local_server import start_local_server
 

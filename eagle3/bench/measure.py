@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 from pathlib import Path
 from typing import Callable
@@ -20,7 +19,7 @@ from ..openai_client import OpenAIClient, RetryPolicy
 from ..process.services import Process, Supervisor
 from ..phases import run_coroutine
 from .paths import PHASE, BenchPaths, slug
-from .repeats import pair_by_slot, paired_ratio_interval
+from .repeats import pair_by_slot, paired_ratio_interval, reach_pct
 
 WINDOW_ATTEMPTS = 3  # measurements of one window before foreign traffic fails the phase
 log = logging.getLogger("eagle3.bench")
@@ -241,11 +240,12 @@ def narrow_enough(servers: list[BenchServer], concurrencies: list[int], target_p
         for c in concurrencies:
             at = lambda server: [w for w in server.record.get("windows", []) if w["concurrency"] == c]  # noqa: E731
             ratio = paired_ratio_interval(pair_by_slot(at(other), at(base)) or [])
-            if ratio["lo"] is None:
+            # The twin's reach from 1 is the noise floor the report gives (repeats.twin_agrees).
+            reach = reach_pct(ratio, around=1.0 if other.twin else None)
+            if reach is None:
                 return False
-            half_pct = (math.sqrt(ratio["hi"] / ratio["lo"]) - 1) * 100
             decided = not other.twin and (ratio["lo"] > 1 or ratio["hi"] < 1)
-            if not decided and half_pct > target_pct:
+            if not decided and reach > target_pct:
                 return False
     return True
 

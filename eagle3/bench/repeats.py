@@ -97,6 +97,16 @@ def paired_ratio_interval(pairs: list[tuple[float, float]]) -> dict:
             "method": "paired"}
 
 
+def reach_pct(ratio: dict, around: float | None = None) -> float | None:
+    """How far a ratio's 95 % interval reaches from `around` (default: its own value), in percent; None
+    without an interval. Around 1 for an A/A check: the noise floor it resolves. Around its value for a
+    speedup: the interval's half-width (a log-symmetric interval reaches equally far either side)."""
+    if ratio.get("lo") is None or ratio.get("hi") is None:
+        return None
+    around = ratio["value"] if around is None else around
+    return max(ratio["hi"] / around - 1, 1 - ratio["lo"] / around) * 100
+
+
 def pair_by_slot(windows: list[dict], base: list[dict]) -> list[tuple[float, float]] | None:
     """(tok/s of `windows`, of `base`) per window slot both measured (bench.schedule interleaved), or
     None when a window carries no slot (sequential servers: nothing to pair)."""
@@ -190,7 +200,7 @@ def twin_agrees(runs: list[dict]) -> dict:
         ci = None if ratio["lo"] is None else [_rounded(ratio["lo"]), _rounded(ratio["hi"])]
         rows.append({"concurrency": c, "slots": ratio["n"][0], "ratio": _rounded(ratio["value"]), "ci": ci,
                      "agrees": None if ci is None else ci[0] <= 1 <= ci[1],
-                     "half_width_pct": None if ci is None else round(max(ci[1] - 1, 1 - ci[0]) * 100, 2)})
+                     "half_width_pct": None if ci is None else round(reach_pct(ratio, around=1.0), 2)})
     if not rows or any(r["agrees"] is None for r in rows):
         return {"status": "undecided", "rows": rows, "message": "the twin needs two window slots or more"}
     widest = max(r["half_width_pct"] for r in rows)

@@ -196,8 +196,9 @@ def _saved(paths: BenchPaths, label: str, key: str) -> dict | None:
     return saved["run"] if saved and saved.get("key") == key else None
 
 
-def _sequential(cfg, sup, plan, drafter, prompts, probes, dataset, tick, announce, paths, grow):
-    """One server after another, a handoff between two; a retried run reuses each finished server."""
+def _sequential(cfg, sup, plan, drafter, prompts, probes, dataset, tick, announce, paths, _grow):
+    """One server after another, a handoff between two; a retried run reuses each finished server.
+    Exactly bench.windows windows each (bench.max_windows is the interleaved schedule's)."""
     b, runs, handoffs, last_started = cfg.bench, [], [], None
     for i, (label, k, round_, _) in enumerate(plan, 1):
         key = _server_key(cfg, k, drafter, prompts, probes)
@@ -232,9 +233,9 @@ def _interleaved(cfg, sup, plan, drafter, prompts, probes, dataset, tick, announ
             log.info("bench: reusing the finished round %d (%s) from a previous attempt", round_,
                      ", ".join(label for label, _, _ in group))
             runs += saved
-            extra = sum(len(run["windows"]) for run in saved) - len(group) * len(b.concurrency) * b.windows
-            grow(max(0, extra))
-            tick(sum(len(run["windows"]) for run in saved))
+            windows = sum(len(run["windows"]) for run in saved)  # more than planned if max_windows added slots
+            grow(max(0, windows - len(group) * len(b.concurrency) * b.windows))
+            tick(windows)
             continue
         if last_round is not None:
             handoffs.append(_handoff(cfg, sup, f"round {last_round}", f"round {round_}"))

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from eagle3.bench import measure
-from eagle3.bench.repeats import pair_by_slot, paired_ratio_interval
+from eagle3.bench.repeats import pair_by_slot, paired_ratio_interval, reach_pct
 
 
 class ScriptedServer:
@@ -23,7 +23,7 @@ class ScriptedServer:
         self.speed = self.speeds["twin" if twin else k]
 
     def start(self):
-        self.record = {"label": self.label, "k": self.k, "windows": []}
+        self.record = {"label": self.label, "k": self.k, **({"twin": True} if self.twin else {}), "windows": []}
 
     def window(self, c, dataset, num_prompts, repeat, slot):
         self.record["windows"].append({"concurrency": c, "repeat": repeat, "slot": slot,
@@ -57,9 +57,11 @@ def run(monkeypatch, speeds: dict, windows: int, max_windows: int | None, target
 
 
 def half_width_pct(records: list[dict], which: int, c: int, slots: int) -> float:
+    """The interval's reach as the report gives it: from 1 for the twin (its noise floor), from its value
+    for a speedup, recomputed from the first `slots` slots."""
     at = lambda r: [w for w in r["windows"] if w["concurrency"] == c and w["repeat"] <= slots]  # noqa: E731
     ratio = paired_ratio_interval(pair_by_slot(at(records[which]), at(records[0])))
-    return (math.sqrt(ratio["hi"] / ratio["lo"]) - 1) * 100
+    return reach_pct(ratio, around=1.0 if records[which].get("twin") else None)
 
 
 def test_slots_go_on_until_the_twin_is_within_the_target_and_no_further(monkeypatch):
