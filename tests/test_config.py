@@ -387,6 +387,12 @@ INTERLEAVED_CASES = [
      "set bench.windows to at least 2"),
     ("target-halfwidth-zero", {**INTERLEAVED, "bench.max_windows": 6, "bench.target_halfwidth_pct": 0},
      "bench.target_halfwidth_pct", "greater than 0"),
+    ("side-by-side-sequential", {"bench.start_servers": "side_by_side"}, "bench.start_servers",
+     "set bench.schedule: interleaved"),
+    ("side-by-side-sglang", {**INTERLEAVED, **SGLANG, "bench.engine": "sglang", "bench.start_servers": "side_by_side"},
+     "bench.start_servers", "set start_servers: one_by_one"),
+    ("start-servers-unknown", {**INTERLEAVED, "bench.start_servers": "all_at_once"}, "bench.start_servers",
+     "one_by_one"),
 ]
 
 CLASSES = {"strict-scalar": STRICT_SCALARS, "run-dir": RUN_DIRS, "input-file": INPUT_FILES,
@@ -556,3 +562,18 @@ def test_an_interleaved_schedule_claims_one_port_per_server_and_fits_the_gpu(mak
     assert {18700, 18701, 18702} <= set(cfg.phase_ports("bench"))
     sequential = make_config({"bench": {"server": {"port": 18700}}}, check_files=False)
     assert sequential.bench.server_ports() == [18700] and 18701 not in sequential.phase_ports("bench")
+
+
+def test_an_interleaved_round_starts_side_by_side_where_the_engine_takes_a_kv_cache_size(make_config):
+    """bench.start_servers unset: side by side for vLLM (--kv-cache-memory-bytes), one by one for SGLang
+    and for the sequential schedule; either choice leaves the bench fingerprint as it was."""
+    interleaved = {"schedule": "interleaved"}
+    vllm = make_config({"bench": interleaved}, check_files=False)
+    assert vllm.bench.side_by_side()
+    sglang = make_config({"engines": {"sglang": {"python": sys.executable}},
+                          "bench": {**interleaved, "engine": "sglang"}}, check_files=False)
+    assert not sglang.bench.side_by_side()
+    assert not make_config({}, check_files=False).bench.side_by_side()
+    chosen = make_config({"bench": {**interleaved, "start_servers": "one_by_one"}}, check_files=False)
+    assert not chosen.bench.side_by_side()
+    assert chosen.fingerprint("bench") == vllm.fingerprint("bench")

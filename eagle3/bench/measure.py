@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from pathlib import Path
 from typing import Callable
@@ -162,13 +163,14 @@ class BenchServer:
     windows on demand, and a stop. Its record is the phase's per-server schema (bench.py)."""
 
     def __init__(self, cfg: PipelineConfig, sup: Supervisor, label: str, k: int, drafter: str | None,
-                 warmup_texts: list[str], port: int | None = None, instance: str = "", twin: bool = False):
+                 warmup_texts: list[str], port: int | None = None, instance: str = "", twin: bool = False,
+                 extra_args: list[str] = ()):
         self.cfg, self.sup, self.label, self.k, self.warmup_texts = cfg, sup, label, k, warmup_texts
         self.paths = BenchPaths.of(cfg)
         b = cfg.bench
         self.server = b.server if port is None else b.server.model_copy(update={"port": port})
         self.url = base_url(self.server)
-        self.extra = engine_registry.get(b.engine).spec_args(Path(drafter), k) if k else []
+        self.extra = (engine_registry.get(b.engine).spec_args(Path(drafter), k) if k else []) + list(extra_args)
         self.instance, self.twin = instance, twin
         self.client = self.proc = None
         self.record: dict = {}
@@ -177,7 +179,7 @@ class BenchServer:
         cfg, b = self.cfg, self.cfg.bench
         engine = engine_registry.get(b.engine)
         self.client = _open_client(cfg, self.sup, self.paths, self.label)
-        t0 = time.monotonic()
+        t0, launched_at = time.monotonic(), time.time()
         try:
             self.proc = start_server(self.sup, cfg, PHASE, b.engine, self.server, self.extra, instance=self.instance)
         except BaseException:
@@ -185,6 +187,7 @@ class BenchServer:
             raise
         self.record = {"label": self.label, "k": self.k, **({"twin": True} if self.twin else {}),
                        "startup_s": round(time.monotonic() - t0, 3),
+                       "launched_at": launched_at, "ready_at": time.time(),
                        "argv": self.proc.spec.shown_argv(), "log": str(self.proc.spec.log),
                        "engine_version": engine_version(self.url, engine.version_paths, _headers(cfg))}
         if self.server.port != b.server.port:
@@ -274,25 +277,76 @@ def measure_server(cfg: PipelineConfig, sup: Supervisor, label: str, k: int, dra
     return server.record
 
 
+def start_side_by_side(servers: list[BenchServer]) -> None:
+    """Start every server at once, each in a thread of its own; the baseline's twin only once the baseline
+    is ready, so that it finds the baseline's compile cache filled (two starts of one key at once would
+    compile twice: eagle3/engines/compile_cache.py). Returns when every start has ended; raises the first
+    failure then (the caller stops every server, started or not)."""
+    base = next((s for s in servers if not s.k and not s.twin), None)
+    ended = {id(s): threading.Event() for s in servers}
+    failures: list[BaseException] = []
+
+    def start(server: BenchServer) -> None:
+        try:
+            if server.twin and base is not None:
+                ended[id(base)].wait()
+                if failures:
+                    return  # the baseline's start failed: the round fails, so the twin does not load
+            server.start()
+        except BaseException as e:  # re-raised by the caller's thread below
+            failures.append(e)
+        finally:
+            ended[id(server)].set()
+
+    threads = [threading.Thread(target=start, args=(s,), name=f"bench-start-{s.label}", daemon=True) for s in servers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if failures:
+        raise failures[0]
+
+
+def round_starts(runs: list[dict]) -> list[dict]:
+    """Per interleaved round: how its servers started, the time from its first launch to its last server
+    ready, and the sum of the servers' own start times (about what one by one takes)."""
+    out = []
+    for n in sorted({r.get("round", 1) for r in runs if "start" in r}):
+        group = [r for r in runs if r.get("round", 1) == n and "start" in r and "launched_at" in r]
+        if group:
+            out.append({"round": n, "start": group[0]["start"], "servers": len(group),
+                        "first_launch_to_last_ready_s": round(max(r["ready_at"] for r in group)
+                                                              - min(r["launched_at"] for r in group), 1),
+                        "sum_of_starts_s": round(sum(r["startup_s"] for r in group), 1)})
+    return out
+
+
 def measure_interleaved(cfg: PipelineConfig, sup: Supervisor, plan: list[tuple[str, int, bool]], drafter: str,
                         dataset: Path, num_prompts: int, warmup_texts: list[str], round_: int,
                         on_window: Callable[[], None] = lambda: None,
                         before_window: Callable[[str, int, int], None] = lambda label, k, concurrency: None,
-                        probes: list[dict] = (), on_extra_slot: Callable[[int], None] = lambda windows: None
-                        ) -> list[dict]:
+                        probes: list[dict] = (), on_extra_slot: Callable[[int], None] = lambda windows: None,
+                        start_flags: Callable[[int], list[str]] | None = None) -> list[dict]:
     """bench.schedule interleaved: every (label, k, twin) of `plan` served at once, each on its own port
-    (bench.server_ports()), started one after another; then each window slot (repeat, concurrency)
+    (bench.server_ports()), started one after another, or with `start_flags` (each k's own flags) side by
+    side (start_side_by_side); then each window slot (repeat, concurrency)
     measures every server in turn, the order rotated by one each repeat, so drift lands on every config
     alike and each k's window pairs with the baseline's window of its slot ("slot", stats.py). With
     bench.max_windows, slots go on until narrow_enough (each extra slot announced to `on_extra_slot` with
     its window count). Every server is stopped, whatever happened. Returns their records, in plan order."""
     ports = cfg.bench.server_ports()
     servers = [BenchServer(cfg, sup, label, k, drafter if k else None, warmup_texts, port=port, twin=twin,
-                           instance=f"k{k}" if k else "baseline-twin" if twin else "baseline")
+                           instance=f"k{k}" if k else "baseline-twin" if twin else "baseline",
+                           extra_args=start_flags(k) if start_flags else ())
                for (label, k, twin), port in zip(plan, ports)]
     try:
+        if start_flags is None:
+            for server in servers:
+                server.start()
+        else:
+            start_side_by_side(servers)
         for server in servers:
-            server.start()
+            server.record["start"] = "one by one" if start_flags is None else "side by side"
         repeat, b = 0, cfg.bench
         while repeat < b.windows or (b.max_windows and repeat < b.max_windows
                                      and not narrow_enough(servers, b.concurrency, b.target_halfwidth_pct)):

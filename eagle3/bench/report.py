@@ -41,6 +41,9 @@ def markdown(results: dict, plot_name: str | None = None) -> str:
         + (f"; with max_windows {results['max_windows']}, slots went on past these until every speedup was decided "
            f"or within ±{results['target_halfwidth_pct']:g} % and the twin within it (the windows column says how "
            "many each point got)" if results.get("max_windows") else ""),
+        *[f"- server starts, round {r['round']}: {r['servers']} servers {r['start']}, the last ready "
+          f"{r['first_launch_to_last_ready_s']:.1f} s after the first launch; their own start times sum to "
+          f"{r['sum_of_starts_s']:.1f} s" for r in results.get("round_starts") or []],
         "",
         "| config | concurrency | output tok/s | speedup | speedup [95 %] | verdict | mean TPOT ms | TPOT speedup | "
         "acceptance % | acceptance length | per position % | windows | failed |",

@@ -30,19 +30,24 @@ def num_hidden_layers(model_dir: Path) -> int:
 
 def target_config(model_dir: Path) -> dict:
     """The target's config.json as a dict; ConfigError naming the file if it is not a readable JSON object."""
-    path = Path(model_dir) / "config.json"
-    data = read_capped(path, MAX_JSON_BYTES, "target.model")
+    return read_json_file(Path(model_dir) / "config.json", "target.model")
+
+
+def read_json_file(path: Path, field: str) -> dict:
+    """A model's config.json (the target's, a drafter's) as a dict; ConfigError naming `field` and the
+    file if it is not a readable JSON object."""
+    data = read_capped(path, MAX_JSON_BYTES, field)
     try:
         cfg = json.loads(data)
     except json.JSONDecodeError as e:
-        raise ConfigError(f"target.model: {path} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}); "
+        raise ConfigError(f"{field}: {path} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}); "
                           "restore the model's config.json") from None
     except UnicodeDecodeError as e:
-        raise ConfigError(f"target.model: {path} is not UTF-8 JSON (byte offset {e.start}); restore it") from None
+        raise ConfigError(f"{field}: {path} is not UTF-8 JSON (byte offset {e.start}); restore it") from None
     except RecursionError:
-        raise ConfigError(f"target.model: {path} is nested too deeply to be a model config; restore it") from None
+        raise ConfigError(f"{field}: {path} is nested too deeply to be a model config; restore it") from None
     if not isinstance(cfg, dict):
-        raise ConfigError(f"target.model: {path} must hold a JSON object (a Hugging Face model config), "
+        raise ConfigError(f"{field}: {path} must hold a JSON object (a Hugging Face model config), "
                           f"got {type(cfg).__name__}")
     return cfg
 

@@ -38,6 +38,9 @@ class Engine:
     # The server flag that caps its share of each GPU's memory (a fraction), or None: what lets several
     # servers share a GPU (the benchmark's interleaved schedule).
     gpu_share_flag: ClassVar[str | None] = None
+    # The server flag that sets its KV cache's size in bytes, or None. Given it, a server needs no memory
+    # profiling at start, which another server starting beside it would upset (eagle3/bench/kv_budget.py).
+    kv_cache_size_flag: ClassVar[str | None] = None
 
     def serve_argv(self, env, target, server, extra: list[str] = ()) -> list[str]:
         """The server's command line: target, host, port, dtype, context, TP size, then `extra` (the

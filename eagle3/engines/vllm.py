@@ -18,6 +18,7 @@ class Vllm(Engine):
     stop_leader_first = False  # SIGTERM to the whole group: vLLM's API server and EngineCore each shut down on it
     returns_token_ids = True   # `return_token_ids` on a chat completion
     gpu_share_flag = "--gpu-memory-utilization"  # 0.9 of each GPU unless set
+    kv_cache_size_flag = "--kv-cache-memory-bytes"  # skips the profiling that sizes it (docs/FACTS.md §13)
 
     def serve_argv(self, env, target, server, extra: list[str] = ()) -> list[str]:
         argv = [*env.script_argv("vllm"), "serve", str(target.model),

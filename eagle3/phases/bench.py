@@ -3,7 +3,8 @@
 One server after another on the same GPUs: the target alone (baseline), then target + drafter for
 each k in bench.num_speculative_tokens, with the core GPU handoff between two servers; the whole
 sequence bench.rounds times (A B A B). With bench.schedule interleaved, a round's servers run at once
-on their own ports and their windows take turns (measure_interleaved), a handoff between two rounds.
+on their own ports and their windows take turns (measure_interleaved), a handoff between two rounds;
+on vLLM they also start at once, each with a KV cache the pack sizes (bench.start_servers).
 On each server: a warm-up outside the measured windows, then
 bench.windows runs of the engine's own load generator (`vllm bench serve` / SGLang's bench_serving)
 per concurrency on held-out prompts, interleaved over the concurrencies, with the
@@ -29,7 +30,8 @@ engine_version, bench_client, acceptance_source, target, gpus, drafter {path, tr
 source, aux_layer_ids, ...}, prompts, sampling, servers [{label, k, startup_s, engine_version,
 counters_at_ready, warmup, windows [{concurrency, load, counters_before, counters_after, delta,
 acceptance, client_spec}], probes [{name, kind, count, ids, window}], counters_at_stop}], table, best_k,
-acceptance_by_k, gate, parity, categories, watch, platform, notes.
+acceptance_by_k, gate, parity, categories, watch, platform, notes; interleaved: round_starts [{round, start,
+servers, first_launch_to_last_ready_s, sum_of_starts_s}], and each server's launched_at, ready_at, start.
 """
 
 from __future__ import annotations
@@ -48,9 +50,12 @@ from ..bench.stats import best_k, evaluate_gate, gate_error_text, pooled_by_k, t
 from ..bench.repeats import rounds_agree, twin_agrees
 from ..bench.provenance import drafter_checksum, platform
 from ..bench.trend import write_trend
+from .. import managed
+from ..bench import kv_budget
 from ..config import PipelineConfig, num_hidden_layers
+from ..config.target_model import read_json_file, target_config
 from ..engines import engine_registry
-from ..errors import GateError
+from ..errors import ConfigError, GateError
 from ..fsio import atomic_write_json, read_json
 from ..progress import PhaseProgress
 from ..bench.report import write_report
@@ -63,7 +68,7 @@ SCHEMA = 1
 log = logging.getLogger("eagle3.bench")
 
 from ..bench.inputs import held_out_prompts, parity_expectation, refuse_unloadable, resolve_drafter, training_prompts
-from ..bench.measure import measure_interleaved, measure_server
+from ..bench.measure import measure_interleaved, measure_server, round_starts
 from ..bench.paths import BenchPaths, slug
 
 
@@ -88,7 +93,7 @@ def _server_key(cfg: PipelineConfig, k: int, drafter: dict, prompts: dict, probe
     # Only what changes the measurement: a new floor or trained flag re-judges saved numbers
     # instead of re-measuring them.
     judged = ("acceptance_floor", "drafter_trained", "client_timeout_s", "num_speculative_tokens", "drafter",
-              "prompts", "watch", "first_position_floor", "rounds")
+              "prompts", "watch", "first_position_floor", "rounds", "start_servers")
     bench = cfg.bench.model_dump(mode="json", exclude={**dict.fromkeys(judged, True),
                                                        "parity": {"min_fraction", "expected_full_acc"}})
     for field in ("api_key", "api_key_env", "api_key_secret_block"):
@@ -225,6 +230,7 @@ def _interleaved(cfg, sup, plan, drafter, prompts, probes, dataset, tick, announ
     """Each round's servers all at once, their windows taking turns (measure_interleaved); a handoff
     between two rounds. A retried run reuses a round only if every server of it finished."""
     b, runs, handoffs, last_round = cfg.bench, [], [], None
+    flags = _side_by_side_flags(cfg, drafter, prompts, probes)
     for round_ in range(1, b.rounds + 1):
         group = [(label, k, twin) for label, k, n, twin in plan if n == round_]
         keys = [_server_key(cfg, k, drafter, prompts, probes) for _, k, _ in group]
@@ -241,17 +247,46 @@ def _interleaved(cfg, sup, plan, drafter, prompts, probes, dataset, tick, announ
             handoffs.append(_handoff(cfg, sup, f"round {last_round}", f"round {round_}"))
         ports = b.server_ports()
         progress.step(PHASE, f"round {round_}/{b.rounds}: {', '.join(label for label, _, _ in group)} at once on "
-                             f"ports {ports[0]}-{ports[-1]} ({b.engine}, drafter {drafter['path']})")
+                             f"ports {ports[0]}-{ports[-1]}, started {'side by side' if flags else 'one by one'} "
+                             f"({b.engine}, drafter {drafter['path']})")
         measured = measure_interleaved(cfg, sup, group, drafter["path"], dataset, prompts["count"],
                                        prompts["warmup_texts"], round_, on_window=tick,
                                        before_window=lambda label, k, c: announce(label, k)(c),
-                                       probes=probes if round_ == 1 else (), on_extra_slot=grow)
+                                       probes=probes if round_ == 1 else (), on_extra_slot=grow,
+                                       start_flags=flags)
         for (label, _, _), key, run in zip(group, keys, measured):
             run["round"] = round_
             atomic_write_json(paths.servers / f"{slug(label)}.json", {"key": key, "run": run})
         runs += measured
         last_round = round_
     return runs, handoffs
+
+
+def _side_by_side_flags(cfg: PipelineConfig, drafter: dict, prompts: dict,
+                        probes: list[dict]) -> Callable[[int], list[str]] | None:
+    """Each server's own flags for a side-by-side start (its KV cache's size, by k), or None where a
+    round's servers start one by one (bench.start_servers)."""
+    b = cfg.bench
+    if not b.side_by_side():
+        return None
+    flag = engine_registry.get(b.engine).kv_cache_size_flag
+    if managed.flag_value(list(b.server.extra_args), flag) is not None:
+        return lambda k: []  # the user's own size, in every server's flags already
+    target = target_config(cfg.target.model)
+    drafter_cfg = read_json_file(Path(drafter["path"]) / "config.json", "bench.drafter")
+    longest = max([len(t.encode()) for t in prompts["texts"]] + [p["longest_bytes"] for p in probes])
+    sizes = {k: kv_budget.kv_cache_bytes(target, cfg.target.dtype, drafter_cfg if k else None,
+                                         cfg.target.max_model_len, max(b.concurrency), longest, b.max_tokens, k)
+             for k in (0, *b.num_speculative_tokens)}
+    if all(sizes.values()):
+        return lambda k: [flag, str(sizes[k])]
+    why = (f"the config.json of {cfg.target.model} or of the drafter gives no attention shape the pack can size a KV "
+           "cache by (num_hidden_layers with num_key_value_heads and head_dim, or kv_lora_rank)")
+    if b.start_servers == "side_by_side":
+        raise ConfigError(f"bench.start_servers: side_by_side, but {why}: set start_servers: one_by_one, or give "
+                          f"[{flag}, BYTES] in bench.server.extra_args")
+    log.info("bench: the servers of a round start one by one: %s", why)
+    return None
 
 
 def _probes(cfg: PipelineConfig, drafter: dict, prompts: dict, paths: BenchPaths) -> list[dict]:
@@ -270,6 +305,7 @@ def _probes(cfg: PipelineConfig, drafter: dict, prompts: dict, paths: BenchPaths
     for name, kind, slug, ids, texts in sets:
         if texts:
             out.append({"name": name, "kind": kind, "slug": slug, "ids": ids, "count": len(texts),
+                        "longest_bytes": max(len(t.encode()) for t in texts),
                         "sha256": hashlib.sha256(json.dumps(texts).encode()).hexdigest(),
                         "dataset": engine.write_dataset(paths.dir / f"prompts-{slug}{engine.dataset_suffix}", texts)})
     return out
@@ -352,7 +388,7 @@ def _assemble(cfg: PipelineConfig, drafter: dict, prompts: dict, runs: list[dict
                               b.first_position_floor), "notes": notes,
         "parity": _parity(cfg, drafter, runs),
         "categories": category_table({r["k"]: r.get("probes", []) for r in runs if r["k"] and r.get("probes")}),
-        "windows": b.windows, "rounds": b.rounds, "schedule": b.schedule,
+        "windows": b.windows, "rounds": b.rounds, "schedule": b.schedule, "round_starts": round_starts(runs),
         "max_windows": b.max_windows, "target_halfwidth_pct": b.target_halfwidth_pct if b.max_windows else None,
         "aa": rounds_agree(runs) if b.rounds > 1 else None, "aa_twin": twin_agrees(runs) if b.aa_twin else None,
     }

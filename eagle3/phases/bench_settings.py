@@ -52,7 +52,8 @@ class Bench(PhaseSettings):
     PATH_FIELDS = ("prompts", "drafter")
     # The benchmark's checks (watch, parity, first-position floor) came later, and re-judge its
     # measurements rather than change them: left out, so adding them changed no fingerprint.
-    FINGERPRINT_EXCLUDE = {"watch": True, "parity": True, "first_position_floor": True}
+    # How servers start changes when they are ready, not what they measure.
+    FINGERPRINT_EXCLUDE = {"watch": True, "parity": True, "first_position_floor": True, "start_servers": True}
 
     engine: EngineName = Field("vllm", description="The engine benchmarked.")
     server: Server = Field(description="The benchmark's servers, one per k (`*.server` below).")
@@ -82,6 +83,14 @@ class Bench(PhaseSettings):
         "With schedule interleaved: a second baseline server beside the others, measured in every window slot "
         "like them. Its paired ratio to the baseline is an A/A check in every run (it must show no change), and "
         "that interval's half-width is the machine's noise floor for a paired speedup. Cost: one more server."))
+    start_servers: Literal["one_by_one", "side_by_side"] | None = Field(None, description=(
+        "With schedule interleaved: how a round's servers start. `side_by_side`: all at once, the baseline's twin "
+        "as soon as the baseline is ready (so that it reuses the baseline's compile cache), each with a KV cache "
+        "the pack sizes for the benchmark's own requests (vLLM's --kv-cache-memory-bytes): an engine that sizes "
+        "it by profiling at start would count the other servers' memory as its own. A round then starts in about "
+        "its slowest server's time instead of the sum of all. `one_by_one`: in turn. Unset: side_by_side where "
+        "the engine takes a KV cache size (vLLM) and the target's config.json gives its attention's shape, else "
+        "one_by_one."))
     rounds: int = Field(1, ge=1, le=10, description=(
         "Times the whole server sequence (baseline, each k) is started and measured, in A B A B order, so "
         "drift and server-start noise show in the intervals instead of posing as a difference; from 2 the "
@@ -129,6 +138,12 @@ class Bench(PhaseSettings):
         n = 1 + len(self.num_speculative_tokens) + self.aa_twin if self.schedule == "interleaved" else 1
         return [self.server.port + i for i in range(n)]
 
+    def side_by_side(self) -> bool:
+        """Whether an interleaved round starts its servers at once (bench.start_servers, or its default)."""
+        if self.schedule != "interleaved" or self.start_servers == "one_by_one":
+            return False
+        return self.start_servers == "side_by_side" or engine_registry.get(self.engine).kv_cache_size_flag is not None
+
     def borrowed_ports(self, cfg) -> list[int]:
         return self.server_ports()[1:]  # the interleaved schedule's other servers: proven free like its own
 
@@ -141,8 +156,17 @@ class Bench(PhaseSettings):
                 problems.append(("bench.max_windows", "more windows until the intervals are narrow need every server "
                                                       "up at once, which only the interleaved schedule does: set "
                                                       "bench.schedule: interleaved, or remove max_windows"))
+            if self.start_servers == "side_by_side":
+                problems.append(("bench.start_servers", "the sequential schedule runs one server at a time, with a "
+                                                        "GPU handoff between two: set bench.schedule: interleaved, or "
+                                                        "remove start_servers"))
             return problems
         problems = []
+        if self.start_servers == "side_by_side" and engine_registry.get(self.engine).kv_cache_size_flag is None:
+            problems.append(("bench.start_servers", f"{self.engine} sizes its memory pool from the GPU memory it finds "
+                                                    "free at start, which a server starting beside it changes, and "
+                                                    "no flag of it sets the pool's size instead: set "
+                                                    "start_servers: one_by_one"))
         if self.max_windows is not None and self.max_windows < max(self.windows, 2):
             problems.append(("bench.max_windows", f"{self.max_windows} is below bench.windows ({self.windows}); it is the "
                                                   f"most window slots: set it to at least {max(self.windows, 2)}"))

@@ -18,7 +18,7 @@ class ScriptedServer:
     """A BenchServer with the same calls; each window's tok/s is `speed(slot number, concurrency)`."""
     speeds: dict = {}
 
-    def __init__(self, cfg, sup, label, k, drafter, warmup_texts, port, twin, instance):
+    def __init__(self, cfg, sup, label, k, drafter, warmup_texts, port, twin, instance, extra_args=()):
         self.label, self.k, self.twin, self.record = label, k, twin, {}
         self.speed = self.speeds["twin" if twin else k]
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -382,31 +383,65 @@ def test_trained_fixture_beats_the_untrained_drafter(comparison_target, untraine
 @pytest.mark.timeout(1800)
 def test_the_interleaved_schedule_serves_every_config_at_once_and_pairs_their_windows(
         tiny_constant_model, constant_drafter, tmp_path):
-    """bench.schedule interleaved on real vLLM CPU servers: the baseline and k=1 run at once on their own
-    ports (one start each, no handoff between them), their windows take turns in time (the order rotated
-    each repeat), each speedup is paired slot by slot, and the phase ends with both servers gone."""
+    """bench.schedule interleaved on real vLLM CPU servers: the baseline, k=1 and the baseline's twin run at
+    once on their own ports (one start each, no handoff between them), started side by side (the default
+    for vLLM) with the KV cache the pack sized, the twin once the baseline is ready; their windows take
+    turns in time (the order rotated each repeat), each speedup is paired slot by slot, and the phase ends
+    with every server gone."""
+    from eagle3.engines.probe import inspect_engine
     from eagle3.pipeline import supervisor
     from eagle3.process import procfs
 
     cfg = _bench_config(tmp_path, tiny_constant_model, constant_drafter, trained=True, ks=[1], concurrency=[1],
-                        schedule="interleaved", windows=2)
+                        schedule="interleaved", windows=2, aa_twin=True)
+    # The tiny config's VLLM_CPU_KVCACHE_SPACE would override the size the pack gives (vLLM's legacy CPU
+    # setting): left out, so that the server's own count of its cache shows the pack's size.
+    assert "VLLM_CPU_KVCACHE_SPACE" not in os.environ
+    env = {k: v for k, v in cfg.engines.vllm.env.items() if k != "VLLM_CPU_KVCACHE_SPACE"}
+    cfg = cfg.model_copy(update={"engines": cfg.engines.model_copy(update={
+        "vllm": cfg.engines.vllm.model_copy(update={"env": env})})})
+    assert cfg.bench.side_by_side()
     sup = supervisor(cfg)
+    inspect_engine(cfg, sup, "vllm")  # as the preflight does: the compile cache keys a start by the probed versions
     summary = run_bench(cfg, sup)
     results = _results_of(cfg)
-    base, k1 = results["servers"]
+    base, k1, twin = results["servers"]
     ports = cfg.bench.server_ports()
-    assert [base["label"], k1["label"]] == ["baseline", "k=1"] and k1["port"] == ports[1] and "port" not in base
-    assert base["log"] != k1["log"] and all(Path(s["log"]).is_file() for s in (base, k1))
-    # The windows alternate between the two servers (impossible one server at a time), the second slot
-    # starting with k=1.
-    order = sorted((w["started_at"], s["label"], w["slot"]) for s in (base, k1) for w in s["windows"])
-    assert [(label, slot) for _, label, slot in order] == [("baseline", "r1w1"), ("k=1", "r1w1"), ("k=1", "r1w2"),
-                                                           ("baseline", "r1w2")]
+    assert [base["label"], k1["label"], twin["label"]] == ["baseline", "k=1", "baseline (twin)"]
+    assert k1["port"] == ports[1] and twin["port"] == ports[2] and "port" not in base
+    assert len({s["log"] for s in (base, k1, twin)}) == 3 and all(Path(s["log"]).is_file() for s in (base, k1, twin))
+    # Side by side: the baseline and k=1 were both launched before either was ready; the twin after the
+    # baseline was ready, so it found the baseline's compile directory complete instead of compiling apart.
+    assert max(base["launched_at"], k1["launched_at"]) < min(base["ready_at"], k1["ready_at"])
+    assert twin["launched_at"] >= base["ready_at"]
+    [starts] = results["round_starts"]
+    assert starts["start"] == "side by side" and starts["servers"] == 3
+    assert starts["first_launch_to_last_ready_s"] < starts["sum_of_starts_s"]
+    rows = {r["name"]: r for r in map(json.loads, cfg.layout.server_starts.read_text().splitlines())}
+    base_row, twin_row = rows["bench-vllm-server-baseline"], rows["bench-vllm-server-baseline-twin"]
+    assert twin_row["compile_cache"]["key"] == base_row["compile_cache"]["key"] != ""
+    assert twin_row["compile_cache"]["reused"] and not twin_row["compile_cache"]["busy"]
+    # Each server took the pack's size and counts the tokens it was sized for: one request of
+    # max_model_len (1024) plus a block, at concurrency 1, rounded up to a power of two, 2048; k=1's size
+    # holds its drafter's layer too.
+    flag = "--kv-cache-memory-bytes"
+    sizes = [int(s["argv"][s["argv"].index(flag) + 1]) for s in (base, k1, twin)]
+    assert sizes[0] == sizes[2] < sizes[1]
+    for s in (base, k1, twin):
+        said = re.findall(r"KV cache size: ([\d,]+) tokens", Path(s["log"]).read_text(errors="replace"))
+        assert said and int(said[-1].replace(",", "")) == 2048, (s["label"], said)
+    # The windows take turns (impossible one server at a time), the second slot starting with k=1.
+    order = sorted((w["started_at"], s["label"], w["slot"]) for s in (base, k1, twin) for w in s["windows"])
+    assert [(label, slot) for _, label, slot in order] == [
+        ("baseline", "r1w1"), ("k=1", "r1w1"), ("baseline (twin)", "r1w1"),
+        ("k=1", "r1w2"), ("baseline (twin)", "r1w2"), ("baseline", "r1w2")]
     assert results["handoffs"] == [] and results["schedule"] == "interleaved"
     [row] = [r for r in results["table"] if r["k"] == 1]
     assert row["speedup_method"] == "paired over 2 window slots" and row["windows"] == 2
-    assert all(w["load"]["completed"] == 8 and w["load"]["failed"] == 0 for s in (base, k1) for w in s["windows"])
+    assert all(w["load"]["completed"] == 8 and w["load"]["failed"] == 0
+               for s in (base, k1, twin) for w in s["windows"])
     assert not sup.registry.entries(), "the phase left a registered process behind"
     assert not procfs.listening_ports(set(ports)), "a server's port is still open"
-    assert summary.details["gate"] == "passed" and "each speedup is paired slot by slot" in Path(
-        summary.details["report"]).read_text()
+    report = Path(summary.details["report"]).read_text()
+    assert summary.details["gate"] == "passed" and "each speedup is paired slot by slot" in report
+    assert "3 servers side by side, the last ready" in report
