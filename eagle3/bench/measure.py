@@ -181,7 +181,8 @@ class BenchServer:
         self.client = _open_client(cfg, self.sup, self.paths, self.label)
         t0, launched_at = time.monotonic(), time.time()
         try:
-            self.proc = start_server(self.sup, cfg, PHASE, b.engine, self.server, self.extra, instance=self.instance)
+            self.proc = start_server(self.sup, cfg, PHASE, b.engine, self.server, self.extra, instance=self.instance,
+                                     on_launch=self._launched)
         except BaseException:
             self.client.stop()
             raise
@@ -196,6 +197,9 @@ class BenchServer:
         progress.step(PHASE, f"{self.label}: warm-up ({b.warmup_prompts} requests, not measured)")
         self.record["warmup"] = _warmup(cfg, self.url, self.warmup_texts)
         self.record["windows"] = []
+
+    def _launched(self, proc: Process) -> None:
+        self.proc = proc  # stop() can end it from now on, also while start() still waits for it
 
     def window(self, c: int, dataset: Path, num_prompts: int, repeat: int, **marks) -> None:
         tag = f"-w{repeat}" if self.cfg.bench.windows > 1 else ""
@@ -277,23 +281,25 @@ def measure_server(cfg: PipelineConfig, sup: Supervisor, label: str, k: int, dra
     return server.record
 
 
-def start_side_by_side(servers: list[BenchServer]) -> None:
+def start_side_by_side(servers: list[BenchServer], poll_s: float = 0.2) -> None:
     """Start every server at once, each in a thread of its own; the baseline's twin only once the baseline
     is ready, so that it finds the baseline's compile cache filled (two starts of one key at once would
-    compile twice: eagle3/engines/compile_cache.py). Returns when every start has ended; raises the first
-    failure then (the caller stops every server, started or not)."""
+    compile twice: eagle3/engines/compile_cache.py). Returns when every server is ready. When one start
+    fails, or this thread is interrupted (Ctrl-C, a cancelled flow), no further start begins and every
+    server launched so far is stopped, so that a start still waiting ends too, before the failure is
+    raised: no thread is left to launch a server after the phase has ended."""
     base = next((s for s in servers if not s.k and not s.twin), None)
     ended = {id(s): threading.Event() for s in servers}
     failures: list[BaseException] = []
+    cancelled = threading.Event()
 
     def start(server: BenchServer) -> None:
         try:
             if server.twin and base is not None:
                 ended[id(base)].wait()
-                if failures:
-                    return  # the baseline's start failed: the round fails, so the twin does not load
-            server.start()
-        except BaseException as e:  # re-raised by the caller's thread below
+            if not (failures or cancelled.is_set()):
+                server.start()
+        except BaseException as e:  # raised again by the calling thread below
             failures.append(e)
         finally:
             ended[id(server)].set()
@@ -301,10 +307,26 @@ def start_side_by_side(servers: list[BenchServer]) -> None:
     threads = [threading.Thread(target=start, args=(s,), name=f"bench-start-{s.label}", daemon=True) for s in servers]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join()
+    try:
+        while not failures and (alive := [t for t in threads if t.is_alive()]):
+            alive[0].join(poll_s)
+    except BaseException:
+        _cancel(servers, threads, cancelled)
+        raise
     if failures:
+        _cancel(servers, threads, cancelled)
         raise failures[0]
+
+
+def _cancel(servers: list[BenchServer], threads: list[threading.Thread], cancelled: threading.Event) -> None:
+    """No start begins from now on; every server launched is stopped (a start waiting on one then fails at
+    once), the threads are waited for, and whatever launched meanwhile is stopped too."""
+    cancelled.set()
+    for _ in range(2):
+        for server in servers:
+            server.stop()
+        for t in threads:
+            t.join(60)
 
 
 def round_starts(runs: list[dict]) -> list[dict]:

@@ -109,6 +109,39 @@ def serve_flags(wanted: list[str]) -> dict:
     return {flag: flag in known for flag in wanted}
 
 
+# vLLM's EAGLE-3 drafter classes the pack's drafters load as (speculators' Llama-layer drafter, and its Qwen3 one).
+DRAFTER_ARCHS = ("Eagle3LlamaForCausalLM", "Eagle3Qwen3ForCausalLM")
+MODELINFOS_ENV = "EAGLE3_MODELINFOS"  # where the pack wants vLLM's model-inspection answers written
+
+
+def save_modelinfos(registry, archs: list[str]) -> list[str]:
+    """vLLM's own model-inspection answer for each of `archs`, written under $EAGLE3_MODELINFOS/modelinfos/
+    by vLLM's own code, with the inspection run here, where the classes load anyway, instead of in the
+    subprocess vLLM starts for it (which imports torch and vLLM again). A server start then finds the
+    answer (eagle3/engines/vllm.py). Best effort: a vLLM without that cache gets nothing written."""
+    from vllm.model_executor.models import registry as module
+
+    if not os.environ.get(MODELINFOS_ENV) or not hasattr(module, "_run_in_subprocess"):
+        return []
+    os.environ["VLLM_CACHE_ROOT"] = os.environ[MODELINFOS_ENV]  # vLLM reads its cache root when it is asked
+    apart, module._run_in_subprocess = module._run_in_subprocess, lambda fn: fn()
+    written = []
+    try:
+        for arch in dict.fromkeys(archs):
+            lazy = registry.models.get(arch)
+            if lazy is None or not hasattr(lazy, "_get_cache_filename"):
+                continue
+            try:
+                lazy.inspect_model_cls()
+            except Exception:  # an answer the server's own start will find for itself
+                continue
+            if (lazy._get_cache_dir() / lazy._get_cache_filename()).is_file():
+                written.append(lazy._get_cache_filename())
+    finally:
+        module._run_in_subprocess = apart
+    return written
+
+
 def main(model_dir: str, engine: str = "vllm", flags: list[str] = ()) -> dict:
     with open(os.path.join(model_dir, "config.json")) as fh:
         cfg = json.load(fh)
@@ -132,6 +165,7 @@ def main(model_dir: str, engine: str = "vllm", flags: list[str] = ()) -> dict:
         return result
     cls = ModelRegistry._try_load_model_cls(arch)
     result["class"] = f"{cls.__module__}.{cls.__qualname__}" if cls else None
+    result["modelinfos"] = save_modelinfos(ModelRegistry, [arch, *DRAFTER_ARCHS])
     result["supports_eagle3"] = bool(cls is not None and getattr(cls, "supports_eagle3", False))
     result["multimodal"] = bool(cls is not None and getattr(cls, "supports_multimodal", False))
     result["config_reads"], result["missing_config_attributes"] = [], []

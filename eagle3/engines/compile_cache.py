@@ -135,10 +135,8 @@ def prepare(root: Path, engine: str, material: dict | None, scratch: Path) -> Ca
     if material is None:
         shutil.rmtree(scratch, ignore_errors=True)
         return CacheDir(owned.private_dir(scratch, "a server's compile directory"), "", False)
-    root = owned.private_dir(root, "the pack's compile cache")
-    engine_dir = owned.private_dir(root / engine, "the pack's compile cache")
-    shared = owned.private_dir(engine_dir / f"shared-{cache_key({'versions': material['versions']})[:16]}",
-                               "the pack's compile cache")
+    shared = shared_dir(root, engine, material["versions"])
+    engine_dir = shared.parent
     key = cache_key(material)
     path = owned.private_dir(engine_dir / key, "a server's compile directory")
     # One start at a time per key (two shards on one node, two runs of one model): a second start while
@@ -156,6 +154,14 @@ def prepare(root: Path, engine: str, material: dict | None, scratch: Path) -> Ca
         os.close(fd)
         raise
     return CacheDir(path, key, (path / KEY_FILE).is_file(), material=material, lock_fd=fd, shared=shared)
+
+
+def shared_dir(root: Path, engine: str, versions: dict) -> Path:
+    """The directory every key of one engine version shares (created 0700 under `root`)."""
+    root = owned.private_dir(root, "the pack's compile cache")
+    engine_dir = owned.private_dir(root / engine, "the pack's compile cache")
+    return owned.private_dir(engine_dir / f"shared-{cache_key({'versions': dict(sorted(versions.items()))})[:16]}",
+                             "the pack's compile cache")
 
 
 def gpu_names(indices: list[int]) -> list[str]:

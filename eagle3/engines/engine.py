@@ -70,6 +70,14 @@ class Engine:
         """Make what this engine caches under `path` (one key's directory) but does not depend on the
         flags point into `shared` (one per engine version). Nothing, by default."""
 
+    def probe_scratch_env(self, scratch: Path) -> dict[str, str]:
+        """Variables for the doctor's probe of this engine (eagle3/engines/probe.py) that have it leave in
+        `scratch` what every later start would otherwise work out for itself. Nothing, by default."""
+        return {}
+
+    def adopt_probe_output(self, scratch: Path, shared: Path) -> None:
+        """Move what the probe left in `scratch` into `shared` (share_across_keys' directory)."""
+
     # Points of a start that the engine's log only timestamps (its imports, its engine process's spawn):
     # (step, regex whose group 1 is the line's time, that time's strptime format). Each step runs from the
     # previous point (the launch, for the first) to its own line; the log's clock has 1 s resolution.

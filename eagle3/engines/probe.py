@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 from pathlib import Path
 
 from .. import owned
@@ -24,15 +25,16 @@ from ..config import PipelineConfig
 from ..errors import CommandFailed, ConfigError
 from ..fsio import atomic_write_json, read_json
 from ..process.services import LaunchSpec, Supervisor
-from . import engine_registry
+from . import compile_cache, engine_registry
 
 ENGINE_SIDE = Path(__file__).resolve().parent.parent / "engine_side"
 
 
 def engine_probe(cfg: PipelineConfig, sup: Supervisor, engine: str, script: str, *args: str,
-                 cached_only: bool = False) -> dict | None:
+                 cached_only: bool = False, scratch_env: dict[str, str] | None = None) -> dict | None:
     """Run an engine-side script (`--out FILE` appended) and return the JSON it wrote; cached.
-    `cached_only`: the cached answer, or None rather than running the script."""
+    `cached_only`: the cached answer, or None rather than running the script. `scratch_env`: variables
+    for the script's run only, not part of the answer's key (where it leaves files beside its answer)."""
     env = getattr(cfg.engines, engine)
     key_src = json.dumps([env.python_argv(), env.env, script, args,
                           _mtime(env.python), (cfg.target.model / "config.json").read_text()], default=str)
@@ -58,7 +60,8 @@ def engine_probe(cfg: PipelineConfig, sup: Supervisor, engine: str, script: str,
     out.unlink(missing_ok=True)
     spec = LaunchSpec(name=f"doctor-{engine}", argv=[*env.python_argv(), str(ENGINE_SIDE / script), *args,
                                                      "--out", str(out)],
-                      log=log, phase="doctor", env=dict(env.env), stop_grace_s=5, hang_timeout_s=300)
+                      log=log, phase="doctor", env={**env.env, **(scratch_env or {})}, stop_grace_s=5,
+                      hang_timeout_s=300)
     try:
         sup.run(spec, timeout_s=600)
     except CommandFailed:
@@ -75,9 +78,23 @@ def engine_probe(cfg: PipelineConfig, sup: Supervisor, engine: str, script: str,
 def inspect_engine(cfg: PipelineConfig, sup: Supervisor, engine: str, cached_only: bool = False) -> dict | None:
     """The engine's versions, its support for the target, and which of its optional_serve_flags it takes
     (`cached_only`: None where no probe has answered yet)."""
-    flags = [f"--serve-flag={flag}" for flag in engine_registry.get(engine).optional_serve_flags]
-    return engine_probe(cfg, sup, engine, "inspect_target.py", str(cfg.target.model), "--engine", engine, *flags,
-                        cached_only=cached_only)
+    adapter = engine_registry.get(engine)
+    flags = [f"--serve-flag={flag}" for flag in adapter.optional_serve_flags]
+    # What the probe can work out for the servers' starts (vLLM: its model-inspection answers) lands in the
+    # run's scratch, then in the compile cache's directory for this engine version, which every start reads.
+    keep = getattr(cfg.engines, engine).compile_cache and not cached_only
+    scratch = cfg.layout.doctor / f"{engine}-for-starts"
+    if keep:
+        shutil.rmtree(scratch, ignore_errors=True)
+        owned.private_dir(scratch, "the probe's scratch")
+    result = engine_probe(cfg, sup, engine, "inspect_target.py", str(cfg.target.model), "--engine", engine, *flags,
+                          cached_only=cached_only, scratch_env=adapter.probe_scratch_env(scratch) if keep else None)
+    if keep and result and isinstance(result.get("versions"), dict):
+        root = compile_cache.user_root() or cfg.layout.compile_cache
+        adapter.adopt_probe_output(scratch, compile_cache.shared_dir(root, engine, result["versions"]))
+    if keep:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return result
 
 
 def import_errors(cfg: PipelineConfig, sup: Supervisor, engine: str, *modules: str) -> dict[str, tuple[str, str | None]]:

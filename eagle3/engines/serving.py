@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import Callable
 
 from ..appendlog import AppendLog
 from ..process import procfs
@@ -21,11 +22,13 @@ class PortBusy(PipelineError):
 
 def start_server(sup: Supervisor, cfg: PipelineConfig, phase: str, engine: str, server: Server,
                  extra_args: list[str] = (), env: dict[str, str] | None = None, gpus: list[int] | None = None,
-                 served_name: str | None = None, instance: str = "") -> Process:
+                 served_name: str | None = None, instance: str = "",
+                 on_launch: Callable[[Process], None] | None = None) -> Process:
     """Launch, then block until ready (or raise a retryable ServiceError with the log tail).
     `gpus` (default: all of cfg.gpus) and `served_name` (default: target.served_name) serve the
     online train phase, whose server shares the node with the trainer; `instance` names one of several
-    servers a phase runs at once (its process name and log get it as a suffix)."""
+    servers a phase runs at once (its process name and log get it as a suffix); `on_launch` gets the
+    process as soon as it is launched (another thread may then stop it while this one waits)."""
     busy = procfs.listening_ports({server.port})
     if busy:
         raise PortBusy(f"{phase}: port {server.port} ({server.host}) is already in use ({busy[server.port]}) before "
@@ -60,6 +63,8 @@ def start_server(sup: Supervisor, cfg: PipelineConfig, phase: str, engine: str, 
     launched_at, ready = time.time(), False
     try:
         proc = sup.launch(spec)
+        if on_launch is not None:
+            on_launch(proc)
         what = (f"waiting for {engine} server readiness (PID {proc.pid}, port {server.port}, "
                 f"budget {server.startup_timeout_s:.0f} s)")
         # The listener check comes last so it runs only once the engine's own probes pass.

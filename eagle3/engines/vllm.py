@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 from .. import owned
@@ -55,6 +56,22 @@ class Vllm(Engine):
             shutil.rmtree(link)
         if not os.path.lexists(link):
             os.symlink(infos, link)
+
+    def probe_scratch_env(self, scratch):
+        # The probe loads the target's class anyway: there vLLM's own code writes its inspection answers
+        # for the target and the EAGLE-3 drafter classes (engine_side/inspect_target.py, save_modelinfos).
+        return {"EAGLE3_MODELINFOS": str(scratch)}
+
+    def adopt_probe_output(self, scratch, shared):
+        infos = owned.private_dir(shared / "modelinfos", "the pack's compile cache")
+        left = scratch / "modelinfos"
+        for answer in sorted(left.glob("*.json")) if left.is_dir() else ():
+            if (infos / answer.name).exists():
+                continue  # a start's own answer, or an earlier probe's: the same class source, the same answer
+            data = owned.read_bytes(answer, what="the probe's model-inspection answer")
+            with tempfile.NamedTemporaryFile(dir=infos, prefix=".probe-", delete=False) as tmp:
+                tmp.write(data)
+            os.replace(tmp.name, infos / answer.name)
 
     start_steps = (
         ("weights_s", r"Loading weights took ([\d.]+) seconds"),

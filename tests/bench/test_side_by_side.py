@@ -1,5 +1,6 @@
 """bench.start_servers side_by_side: a round's servers start at once, the baseline's twin once the
-baseline is ready, each with its own flags (eagle3/bench/measure.py: start_side_by_side). The servers here
+baseline is ready, each with its own flags; a failed start or an interruption ends every start
+(eagle3/bench/measure.py: start_side_by_side). The servers here
 are stand-ins whose start takes a set time, so the overlap is known exactly; on real vLLM CPU servers it is
 tests/phases/test_bench.py's."""
 
@@ -25,12 +26,14 @@ class TimedServer:
     def __init__(self, cfg, sup, label, k, drafter, warmup_texts, port, twin, instance, extra_args=()):
         self.label, self.k, self.twin, self.extra = label, k, twin, list(extra_args)
         self.record = {"label": label, "k": k, "windows": [], "extra": self.extra}
+        self.stopped = threading.Event()  # a real server's process ends on stop(), and its start then fails
         self.made.append(self)
 
     def start(self):
         launched = time.time()
         self.log.append(("launch", self.label, launched, threading.current_thread().name))
-        time.sleep(0.3 if self.twin else START_S[self.k])
+        if self.stopped.wait(0.3 if self.twin else START_S[self.k]):
+            raise RuntimeError(f"{self.label} was stopped while starting")
         if self.label in self.fail:
             raise RuntimeError(f"{self.label} died while starting")
         self.record.update(launched_at=launched, ready_at=time.time(), startup_s=time.time() - launched)
@@ -48,6 +51,7 @@ class TimedServer:
 
     def stop(self):
         self.record["stopped"] = True
+        self.stopped.set()
 
 
 PLAN = [("baseline", 0, False), ("k=3", 3, False), ("baseline (twin)", 0, True)]
@@ -94,14 +98,37 @@ def test_one_by_one_without_start_flags(monkeypatch):
     assert [r["start"] for r in records] == ["one by one"] * 3
 
 
+def test_an_interrupted_round_stops_every_start_and_leaves_no_thread_to_launch_one(monkeypatch):
+    """Ctrl-C (or a cancelled flow) in the phase's thread while the servers start: the starts under way are
+    stopped at once, the twin (waiting for the baseline) never launches, and no start thread outlives the
+    call: none can launch a server after the phase has ended."""
+    import _thread
+
+    before = {t.ident for t in threading.enumerate()}
+    timer = threading.Timer(0.3, _thread.interrupt_main)
+    timer.start()
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        run(monkeypatch, lambda k: [])
+    assert time.monotonic() - t0 < 0.6  # not the 1.2 s of k=3's start: it was stopped
+    launched = [name for e, name, *_ in TimedServer.log if e == "launch"]
+    assert sorted(launched) == ["baseline", "k=3"] and not any(e == "ready" for e, *_ in TimedServer.log)
+    assert all(s.record.get("stopped") for s in TimedServer.made)
+    assert not [t for t in threading.enumerate() if t.ident not in before and t.name.startswith("bench-start-")]
+
+
 @pytest.mark.parametrize("failing", ["baseline", "k=3"])
-def test_a_failed_start_fails_the_round_and_every_server_is_stopped(monkeypatch, failing):
+def test_a_failed_start_fails_the_round_at_once_and_every_server_is_stopped(monkeypatch, failing):
+    """The baseline dies 0.6 s in: k=3's start (1.2 s) is stopped then rather than waited for, and the twin
+    never loads. k=3 dies 1.2 s in: the baseline and the twin were ready by then; all are stopped."""
+    t0 = time.monotonic()
     with pytest.raises(RuntimeError, match=f"{failing} died while starting"):
         run(monkeypatch, lambda k: [], fail=[failing])
-    launched = [name for e, name, *_ in TimedServer.log if e == "launch"]
-    # The others' starts end before the error surfaces (no thread left loading); a failed baseline's
-    # twin never loads.
-    assert ("baseline (twin)" in launched) == (failing != "baseline")
+    took = time.monotonic() - t0
+    launched = {name for e, name, *_ in TimedServer.log if e == "launch"}
     ready = {name for e, name, *_ in TimedServer.log if e == "ready"}
-    assert set(launched) - ready == {failing}
+    if failing == "baseline":
+        assert launched == {"baseline", "k=3"} and not ready and took < 1.0
+    else:
+        assert launched == {"baseline", "k=3", "baseline (twin)"} and ready == {"baseline", "baseline (twin)"}
     assert [s.record.get("stopped") for s in TimedServer.made] == [True] * 3

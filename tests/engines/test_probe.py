@@ -3,6 +3,8 @@ interpreter keyed by its site-packages; a user cache that others could have writ
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from eagle3.engines import probe
@@ -96,3 +98,40 @@ def test_cached_only_answers_from_the_cache_and_never_runs_the_probe(make_config
     log.unlink()
     assert probe.engine_probe(cfg, sup, "speculators", "engine_versions.py", cached_only=True) == answer
     assert not log.exists()
+
+
+@pytest.mark.slow
+@pytest.mark.engine
+@pytest.mark.timeout(900)
+def test_the_probe_leaves_vllms_inspection_answers_where_every_server_start_reads_them(tmp_path, monkeypatch):
+    """Issue 39: the doctor's probe loads the target's class anyway, so vLLM's own code writes its
+    model-inspection answers there (the target's class and the EAGLE-3 drafter's) into the compile cache's
+    directory for this vLLM version; a first start under new flags then finds them instead of importing
+    torch and vLLM once more in a subprocess to inspect each class (vLLM writes an answer only on a miss)."""
+    import json
+
+    from eagle3.engines import compile_cache
+    from eagle3.engines.serving import start_server
+    from eagle3.process.services import state_dir_for
+    from tests.conftest import write_tiny_config
+    from tests.ports import free_port
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # no answer from any earlier probe or start
+    cfg = write_tiny_config(tmp_path / "cfg", {"datagen": {"server": {
+        "port": free_port(), "extra_args": ["--enforce-eager", "--seed", "4242"]}}})
+    sup = Supervisor(state_dir_for(cfg.run_dir))
+    answer = probe.inspect_engine(cfg, sup, "vllm")
+    target, drafter = "vllm-model_executor-models-llama-LlamaForCausalLM.json", \
+        "vllm-model_executor-models-llama_eagle3-Eagle3LlamaForCausalLM.json"
+    assert {target, drafter} <= set(answer["modelinfos"]), answer.get("modelinfos")
+    shared = compile_cache.shared_dir(compile_cache.user_root(), "vllm", answer["versions"]) / "modelinfos"
+    written = {p.name: p.stat().st_mtime_ns for p in shared.glob("*.json")}
+    assert {target, drafter} <= set(written)
+    assert {"hash", "modelinfo"} <= set(json.loads((shared / target).read_text()))
+    assert all(p.stat().st_mode & 0o077 == 0 for p in shared.glob("*.json"))
+    assert not (cfg.layout.doctor / "vllm-for-starts").exists()  # the run's scratch is gone once adopted
+    proc = start_server(sup, cfg, "datagen", "vllm", cfg.datagen.server)
+    proc.stop()
+    row = json.loads(cfg.layout.server_starts.read_text().splitlines()[-1])
+    assert Path(row["compile_cache"]["shared"]) / "modelinfos" == shared and not row["compile_cache"]["reused"]
+    assert {p.name: p.stat().st_mtime_ns for p in shared.glob("*.json")} == written  # found, not inspected again
