@@ -158,6 +158,13 @@ def _measure_window(cfg: PipelineConfig, client, proc: Process, paths: BenchPath
                          f"{url}; stop it, or give the benchmark server another port (bench.server.port), and rerun")
 
 
+def graph_sizes(k: int, concurrency: list[int]) -> list[int]:
+    """Every number of tokens one step of a benchmark server can take: up to max(concurrency) requests
+    decoding at once, each 1 token (the baseline, a drafter's step) or k + 1 (a verify step)."""
+    n = max(concurrency)
+    return sorted({*range(1, n + 1), *(r * (k + 1) for r in range(1, n + 1))})
+
+
 class BenchServer:
     """One benchmark server: its load client and the server itself started together, a warm-up, then
     windows on demand, and a stop. Its record is the phase's per-server schema (bench.py)."""
@@ -168,9 +175,12 @@ class BenchServer:
         self.cfg, self.sup, self.label, self.k, self.warmup_texts = cfg, sup, label, k, warmup_texts
         self.paths = BenchPaths.of(cfg)
         b = cfg.bench
-        self.server = b.server if port is None else b.server.model_copy(update={"port": port})
+        engine = engine_registry.get(b.engine)
+        self.server = b.server.model_copy(update={
+            "port": b.server.port if port is None else port,
+            "extra_args": engine.with_graph_sizes(list(b.server.extra_args), graph_sizes(k, b.concurrency))})
         self.url = base_url(self.server)
-        self.extra = (engine_registry.get(b.engine).spec_args(Path(drafter), k) if k else []) + list(extra_args)
+        self.extra = (engine.spec_args(Path(drafter), k) if k else []) + list(extra_args)
         self.instance, self.twin = instance, twin
         self.client = self.proc = None
         self.record: dict = {}

@@ -38,6 +38,11 @@ class Engine:
     # The server flag that caps its share of each GPU's memory (a fraction), or None: what lets several
     # servers share a GPU (the benchmark's interleaved schedule).
     gpu_share_flag: ClassVar[str | None] = None
+    def with_graph_sizes(self, args: list[str], sizes: list[int]) -> list[str]:
+        """`args` (a server's extra_args) with CUDA graphs captured for exactly `sizes` tokens per step,
+        where the engine takes such a list and `args` do not choose themselves. Unchanged, by default."""
+        return list(args)
+
     # The server flag that sets its KV cache's size in bytes, or None. Given it, a server needs no memory
     # profiling at start, which another server starting beside it would upset (eagle3/bench/kv_budget.py).
     kv_cache_size_flag: ClassVar[str | None] = None

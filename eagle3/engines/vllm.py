@@ -32,6 +32,38 @@ class Vllm(Engine):
             argv.append("--trust-remote-code")
         return argv + list(extra) + list(server.extra_args)
 
+    def with_graph_sizes(self, args, sizes):
+        # vLLM rounds its capture sizes up to multiples of k + 1 for its full decode graphs: from its default
+        # list [1, 2, 4, 8, 16, ...] k=2 gets 3, 6, 9, 18, ..., so 4 requests (12 tokens) fell back to
+        # piecewise graphs (vllm/v1/worker/gpu/cudagraph_utils.py). Given every size a step can have, each
+        # batch gets its own full graph, and nothing else is captured. Left to `args` when they set graphs
+        # themselves: a size list, or a dotted -cc.* key (vLLM would not merge ours with it).
+        if any("cudagraph_capture_sizes" in a or a.startswith(("-cc.", "--compilation-config.")) for a in args):
+            return list(args)
+        out = list(args)
+        for i, arg in enumerate(out):
+            name, eq, value = arg.partition("=")
+            if name not in ("--compilation-config", "-cc"):
+                continue
+            if not eq:
+                if i + 1 >= len(out):
+                    return list(args)
+                value = out[i + 1]
+            try:
+                config = json.loads(value)
+            except json.JSONDecodeError:
+                return list(args)  # an optimization level (-cc 3) or a form this does not read: the user's
+            if not isinstance(config, dict):
+                return list(args)
+            config.pop("max_cudagraph_capture_size", None)  # vLLM refuses one that is not the list's largest
+            merged = json.dumps({**config, "cudagraph_capture_sizes": sizes})
+            if eq:
+                out[i] = f"{name}={merged}"
+            else:
+                out[i + 1] = merged
+            return out
+        return out + ["--compilation-config", json.dumps({"cudagraph_capture_sizes": sizes})]
+
     def serve_env(self, key: str) -> dict[str, str]:
         return {"VLLM_API_KEY": key}
 
