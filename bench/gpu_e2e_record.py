@@ -178,6 +178,8 @@ def summary(name: str, rec: dict, machine: dict) -> dict:
         "target_loads": sum(1 for launch in rec["server_launches"] if launch["model_loads"]),
         "server_launches": len(rec["server_launches"]),
         "handoffs": [{"label": h["label"], "seconds": h["seconds"], "ok": h["ok"]} for h in rec["handoffs"]],
+        # An interleaved round's servers: side by side or one by one, first launch to last ready (bench.py).
+        "bench_round_starts": bench.get("round_starts"),
         "train_val_acc": rec["train_manifest"].get("val_full_acc"),
         "heldout": heldout(bench),
         "parity": (bench.get("parity") or {}).get("status"),
@@ -220,7 +222,8 @@ def main() -> int:
     main_run = summaries.get("offline") or summaries.get("real") or next(iter(summaries.values()), {})
     out = {**main_run, "runs": summaries}
     (args.results / "gpu-e2e-summary.json").write_text(json.dumps(out, indent=1, default=str))
-    print(json.dumps({n: {k: s[k] for k in ("phases", "target_loads", "heldout", "parity")} for n, s in summaries.items()},
+    print(json.dumps({n: {k: s[k] for k in ("phases", "target_loads", "heldout", "parity", "bench_round_starts")}
+                      for n, s in summaries.items()},
                      default=str))
     return 0
 

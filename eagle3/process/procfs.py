@@ -127,6 +127,13 @@ def alive(pid: int) -> bool:
         return False
 
 
+def _live(pid: int) -> bool:
+    """alive() from one read of /proc/PID/stat: a whole-/proc scan (the handoff's proof) calls it for
+    every process on the host, and psutil's answer costs two reads and an object each."""
+    info = read_stat(pid)
+    return info is not None and not info.zombie
+
+
 def cmdline(pid: int) -> list[str]:
     try:
         return psutil.Process(pid).cmdline()
@@ -197,7 +204,7 @@ def all_open_paths(keep=lambda path: True, needle: str | None = None) -> dict[st
     `needle`, a substring every wanted path contains, makes the pass much cheaper."""
     result: dict[str, set[int]] = {}
     for pid in all_pids():
-        if not alive(pid):
+        if not _live(pid):
             continue
         for path in open_paths(pid, needle):
             if keep(path):
@@ -213,7 +220,7 @@ def open_inodes_under(prefix: str) -> dict[tuple[int, int], set[int]]:
     live file is `sem.mp-...`; matching by path would call a live semaphore unused."""
     result: dict[tuple[int, int], set[int]] = {}
     for pid in all_pids():
-        if not alive(pid):
+        if not _live(pid):
             continue
         for fd_path, target in fd_links(pid):
             if not target.startswith(prefix):
