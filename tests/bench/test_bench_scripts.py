@@ -21,7 +21,7 @@ pytestmark = pytest.mark.timeout(600)
 SMOKED = {"datagen_vs_vllm_bench.py", "datagen_client_split.py", "handoff_bench.py", "devfile_probe.py", "flow_overhead_bench.py",
           "parity_probe.py", "record_bench_history.py", "gpu_e2e_record.py",  # gpu_e2e_record: tests/bench/test_gpu_record.py
           "fanout_bench.py", "first_phase_bench.py", "one_server_probe.py", "noise_sampler.py",
-          "startup_probe.py", "modelinfo_share_bench.py"}  # fanout_bench: tests/flows/test_fanout.py, on that test's two nodes
+          "startup_probe.py", "modelinfo_share_bench.py", "side_by_side_bench.py", "drafter_acceptance.py"}  # fanout_bench: tests/flows/test_fanout.py, on that test's two nodes
 SHELL = {"gpu_carry.sh", "gpu_e2e.sh", "gpu_pack_deps.sh", "gpu_sglang.sh", "gpu_sglang_deps.sh", "gpu_wait.sh",
          "run_on_gpu.sh"}
 engine = [pytest.mark.slow, pytest.mark.engine]
@@ -89,6 +89,23 @@ def test_modelinfo_share_bench_smoke():
     (row,) = result["rounds"]
     assert row["own"]["key"] != row["shared"]["key"] and row["own"]["shared"] == row["shared"]["shared"]
     assert result["median_s"]["own"] > 0 and "not a measurement" in result["smoke"]
+
+
+@pytest.mark.slow
+@pytest.mark.engine
+def test_side_by_side_bench_smoke():
+    """Two real bench phases on vLLM CPU servers (baseline, k=1, twin): one round one by one, one side by side."""
+    res = _script("side_by_side_bench.py", "--smoke", timeout=500)
+    assert "one_by_one: last ready" in res.stdout and "side_by_side: last ready" in res.stdout
+    assert "ratio per round" in res.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.engine
+def test_drafter_acceptance_smoke(smollm2_model):
+    """The real target with a random drafter at k=1, through `eagle3 run --only bench`."""
+    res = _script("drafter_acceptance.py", "--smoke", timeout=500)
+    assert "k=1: acceptance length" in res.stdout and "per position" in res.stdout
 
 
 def test_first_phase_bench_smoke():
