@@ -21,7 +21,8 @@ pytestmark = pytest.mark.timeout(600)
 SMOKED = {"datagen_vs_vllm_bench.py", "datagen_client_split.py", "handoff_bench.py", "devfile_probe.py", "flow_overhead_bench.py",
           "parity_probe.py", "record_bench_history.py", "gpu_e2e_record.py",  # gpu_e2e_record: tests/bench/test_gpu_record.py
           "fanout_bench.py", "first_phase_bench.py", "one_server_probe.py", "noise_sampler.py",
-          "startup_probe.py", "modelinfo_share_bench.py", "side_by_side_bench.py", "drafter_acceptance.py"}  # fanout_bench: tests/flows/test_fanout.py, on that test's two nodes
+          "startup_probe.py", "modelinfo_share_bench.py", "side_by_side_bench.py", "drafter_acceptance.py",
+          "draft_vocab_coverage.py"}  # fanout_bench: tests/flows/test_fanout.py, on that test's two nodes
 SHELL = {"gpu_carry.sh", "gpu_e2e.sh", "gpu_pack_deps.sh", "gpu_sglang.sh", "gpu_sglang_deps.sh", "gpu_wait.sh",
          "run_on_gpu.sh"}
 engine = [pytest.mark.slow, pytest.mark.engine]
@@ -106,6 +107,21 @@ def test_drafter_acceptance_smoke(smollm2_model):
     """The real target with a random drafter at k=1, through `eagle3 run --only bench`."""
     res = _script("drafter_acceptance.py", "--smoke", timeout=500)
     assert "k=1: acceptance length" in res.stdout and "per position" in res.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.engine
+def test_draft_vocab_coverage_smoke(smollm2_model):
+    """In the engine's environment (transformers), with a random drafter of the real target."""
+    from eagle3.drafters.testmaker import DrafterSpec, ensure_drafter
+    from eagle3.tinymodel import default_engine
+    from tests.conftest import ENGINE_PYTHON
+
+    drafter = ensure_drafter(REPO / "models" / "smollm2-drafter-random", smollm2_model, default_engine(), DrafterSpec())
+    res = subprocess.run([str(ENGINE_PYTHON), str(REPO / "bench" / "draft_vocab_coverage.py"), "--smoke", "--drafter",
+                          str(drafter)], capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "4 answers" in res.stdout and "inside the draft vocabulary" in res.stdout
 
 
 def test_first_phase_bench_smoke():
