@@ -10,6 +10,7 @@
 #   bash bench/gpu_e2e.sh RESULTS setup      # unpack the bundle (bench/gpu_carry.sh), install vLLM 0.25 and the
 #                                            # pack's deps, make both models and the 16k prompt set
 #   bash bench/gpu_e2e.sh RESULTS real       # eagle3 run configs/h200-smollm2.yaml (rerun it to resume)
+#   bash bench/gpu_e2e.sh RESULTS real-x2    # the same on every GPU of a 2+-GPU machine (data-parallel servers)
 #   bash bench/gpu_e2e.sh RESULTS offline    # eagle3 run configs/h200-tiny.yaml (rerun it to resume)
 #   bash bench/gpu_e2e.sh RESULTS online     # eagle3 run configs/h200-tiny-online.yaml (phase 1 reused)
 #   bash bench/gpu_e2e.sh RESULTS handoff    # the handoff bench alone (carry .carry/pack-deps; no setup needed)
@@ -160,6 +161,7 @@ record() {
   PYTHONPATH="$PACK_PATH" python3 "$REPO/bench/gpu_e2e_record.py" --results "$RESULTS" \
     --run real="$REPO/runs/h200-smollm2" --config real="$REPO/configs/h200-smollm2.yaml" \
     --run ksweep="$REPO/runs/h200-smollm2-ksweep" --config ksweep="$REPO/configs/.h200-smollm2-ksweep.yaml" \
+    --run real-x2="$REPO/runs/h200x2-smollm2" --config real-x2="$REPO/configs/.h200x2-smollm2.yaml" \
     --run offline="$REPO/runs/h200-tiny" --run online="$REPO/runs/h200-tiny-online" \
     --config offline="$REPO/configs/h200-tiny.yaml" --config online="$REPO/configs/h200-tiny-online.yaml"
   run_files
@@ -176,6 +178,26 @@ run_files() {  # RESULTS/run-files.tar.gz: the runs' own small files (logs, mani
 case "$STEP" in
   setup) setup; rc=$? ;;
   real) run_config "$REPO/configs/h200-smollm2.yaml" "$RESULTS/run-real.log"; rc=$? ;;
+  real-x2)
+    # Issue 40: the real profile on every GPU of a 2-GPU (or larger) machine. SmolLM2's 9 query / 3 KV
+    # heads do not split over 2 GPUs, so each server runs one copy of the target per GPU
+    # (target.data_parallel_size) and speculators train runs one rank per GPU; every handoff proves them all
+    # free. A config derived from the real profile (same dir, so its relative paths hold), run dir of its own.
+    n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU') || n=0
+    [ "$n" -ge 2 ] || { echo "real-x2 needs 2 or more GPUs, this machine has $n" >&2; exit 1; }
+    PYTHONPATH="$PACK_PATH" python3 - "$REPO" "$n" <<'PY' || exit 1
+import sys
+from pathlib import Path
+import yaml
+from eagle3.safe_yaml import load as load_yaml
+repo, n = Path(sys.argv[1]), int(sys.argv[2])
+raw = load_yaml((repo / "configs/h200-smollm2.yaml").read_text(), "configs/h200-smollm2.yaml")
+raw.update(name="h200x2-smollm2", run_dir="../runs/h200x2-smollm2", gpus=list(range(n)))
+raw["target"]["data_parallel_size"] = n
+(repo / "configs/.h200x2-smollm2.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+print(f"real-x2: {n} GPUs, {n} copies of the target per server, {n} training ranks")
+PY
+    run_config "$REPO/configs/.h200x2-smollm2.yaml" "$RESULTS/run-real-x2.log"; rc=$? ;;
   offline) run_config "$REPO/configs/h200-tiny.yaml" "$RESULTS/run-offline.log"; rc=$? ;;
   online)
     # Phase 1 is the same in both runs (same prompts, sampling, target): the online run takes the

@@ -329,11 +329,14 @@ def check_tensor_parallel(cfg: PipelineConfig) -> Check | None:
     if tp_splits(heads, kv, tp):
         return Check("tensor-parallel", PASS, f"TP={tp} splits {heads} query / {kv} KV heads evenly")
     sizes = [n for n in range(1, max(len(cfg.gpus), 1) + 1) if tp_splits(heads, kv, n)]
+    copies = len(cfg.gpus) // max(sizes)
     return Check("tensor-parallel", FAIL,
                  f"target.tensor_parallel_size {tp} does not split the {heads} query / {kv} KV heads of {where} "
                  "evenly: the engine would refuse it after its imports and weight load",
                  f"set target.tensor_parallel_size to {' or '.join(map(str, sizes))} (the sizes up to the "
-                 f"{len(cfg.gpus)} GPUs in 'gpus' that split these heads)")
+                 f"{len(cfg.gpus)} GPUs in 'gpus' that split these heads)"
+                 + (f"; to use all {len(cfg.gpus)} GPUs, serve {copies} copies of TP {max(sizes)}: "
+                    f"target.data_parallel_size: {copies}" if copies > 1 else ""))
 
 
 def check_drafter(cfg: PipelineConfig) -> Check | None:

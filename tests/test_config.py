@@ -134,6 +134,7 @@ BROKEN = [
     ("speculators-missing", {"engines.speculators": DELETE}, "engines.speculators"),
     ("tp-above-gpu-count", {"gpus": [0, 1], "target.tensor_parallel_size": 4}, "target.tensor_parallel_size"),
     ("tp-on-cpu", {"target.tensor_parallel_size": 2}, "target.tensor_parallel_size"),
+    ("dp-zero", {"target.data_parallel_size": 0}, "target.data_parallel_size"),
     ("bad-dtype", {"target.dtype": "int3"}, "target.dtype"),
     ("zero-max-model-len", {"target.max_model_len": 0}, "target.max_model_len"),
     ("served-name-with-space", {"target.served_name": "my model"}, "target.served_name"),
@@ -288,6 +289,10 @@ MANAGED_FLAGS = [
      "target.tensor_parallel_size"),
     ("vllm-tp-long", {"extract.server.extra_args": ["--tensor-parallel-size", "2"]}, "extract.server.extra_args[0]",
      "target.tensor_parallel_size"),
+    ("vllm-dp-short", {"datagen.server.extra_args": ["-dp", "2"]}, "datagen.server.extra_args[0]",
+     "target.data_parallel_size"),
+    ("vllm-dp-long", {"bench.server.extra_args": ["--data-parallel-size=2"]}, "bench.server.extra_args[0]",
+     "target.data_parallel_size"),
     ("vllm-speculative-config", {"bench.server.extra_args": ["--speculative-config", '{"method": "eagle3"}']},
      "bench.server.extra_args[0]", "speculative"),
     ("vllm-speculative-config-dotted", {"bench.server.extra_args": ["--speculative-config.num_speculative_tokens=5"]},
@@ -336,6 +341,10 @@ MANAGED_FLAGS = [
 ]
 
 BOUNDS = [
+    ("dp-beyond-gpus", {"gpus": [0], "target.data_parallel_size": 2}, "target.data_parallel_size",
+     "set it to at most 1"),
+    ("tp-times-dp-beyond-gpus", {"gpus": [0, 1], "target.tensor_parallel_size": 2, "target.data_parallel_size": 2},
+     "target.data_parallel_size", "need 4 GPUs"),
     ("deadline-below-grace", {"handoff.grace_s": 30, "handoff.deadline_s": 10}, "handoff.deadline_s", "grace_s (30 s)"),
     ("deadline-equals-grace", {"handoff.grace_s": 10, "handoff.deadline_s": 10}, "handoff.deadline_s", "grace_s"),
     ("deadline-below-default-grace", {"handoff": {"deadline_s": 5}}, "handoff.deadline_s", "grace_s (15 s)"),
@@ -577,3 +586,22 @@ def test_an_interleaved_round_starts_side_by_side_where_the_engine_takes_a_kv_ca
     chosen = make_config({"bench": {**interleaved, "start_servers": "one_by_one"}}, check_files=False)
     assert not chosen.bench.side_by_side()
     assert chosen.fingerprint("bench") == vllm.fingerprint("bench")
+
+
+def test_data_parallel_copies_change_no_fingerprint_and_reach_each_engines_flag(make_config):
+    """target.data_parallel_size: vLLM's --data-parallel-size, SGLang's --dp-size; how many copies serve is in
+    no phase's fingerprint (like fan-out: where a phase ran, not what it produced)."""
+    from eagle3.engines.sglang import ENGINE as SGLANG
+    from eagle3.engines.vllm import ENGINE as VLLM
+
+    one = make_config({}, check_files=False)
+    two = make_config({"target": {"data_parallel_size": 2}}, check_files=False)
+    assert [one.fingerprint(p) for p in (None, "datagen", "extract", "train", "bench")] == \
+        [two.fingerprint(p) for p in (None, "datagen", "extract", "train", "bench")]
+    env = two.engines.vllm
+    argv = VLLM.serve_argv(env, two.target, two.datagen.server)
+    assert argv[argv.index("--data-parallel-size") + 1] == "2"
+    assert "--data-parallel-size" not in VLLM.serve_argv(env, one.target, one.datagen.server)
+    sglang = SGLANG.serve_argv(env, two.target, two.datagen.server)
+    assert sglang[sglang.index("--dp-size") + 1] == "2" and "--dp-size" not in SGLANG.serve_argv(
+        env, one.target, one.datagen.server)

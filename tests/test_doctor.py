@@ -244,17 +244,17 @@ def test_target_without_architectures_names_the_file_the_field_and_the_fix(make_
     assert c.status == FAIL and "<ModelClass>" in c.fix and "'odd_arch'" in c.fix
 
 
-@pytest.mark.parametrize("heads, kv, tp, gpus, status, sizes", [
-    (9, 3, 2, 2, FAIL, "1"),          # SmolLM2-135M on two GPUs: 9 query heads do not halve
-    (9, 3, 2, 4, FAIL, "1 or 3"),
-    (9, 3, 3, 3, PASS, None),
-    (32, 8, 4, 4, PASS, None),
-    (32, 8, 16, 16, PASS, None),      # fewer KV heads than ranks: each replicated twice
-    (32, 6, 4, 4, FAIL, "1 or 2"),    # 6 KV heads: neither divided by 4 nor dividing it
-    (12, 3, 4, 4, FAIL, "1 or 3"),    # 4 ranks on 3 KV heads: no whole replication
+@pytest.mark.parametrize("heads, kv, tp, gpus, status, sizes, copies", [
+    (9, 3, 2, 2, FAIL, "1", 2),       # SmolLM2-135M on two GPUs: 9 query heads do not halve; two copies of TP 1
+    (9, 3, 2, 4, FAIL, "1 or 3", None),
+    (9, 3, 3, 3, PASS, None, None),
+    (32, 8, 4, 4, PASS, None, None),
+    (32, 8, 16, 16, PASS, None, None),  # fewer KV heads than ranks: each replicated twice
+    (32, 6, 4, 4, FAIL, "1 or 2", 2),   # 6 KV heads: neither divided by 4 nor dividing it
+    (12, 3, 4, 4, FAIL, "1 or 3", None),  # 4 ranks on 3 KV heads: no whole replication
 ])
 def test_a_tensor_parallel_size_the_heads_cannot_be_split_by_is_refused_naming_the_sizes_that_can(
-        make_config, tmp_path, heads, kv, tp, gpus, status, sizes):
+        make_config, tmp_path, heads, kv, tp, gpus, status, sizes, copies):
     target = _fake_target(tmp_path, "t", {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 8,
                                           "num_attention_heads": heads, "num_key_value_heads": kv})
     cfg = make_config({"target": {"model": str(target), "tensor_parallel_size": tp}, "gpus": list(range(gpus))},
@@ -264,6 +264,8 @@ def test_a_tensor_parallel_size_the_heads_cannot_be_split_by_is_refused_naming_t
     if status == FAIL:
         assert "target.tensor_parallel_size" in c.reason and f"{target}/config.json" in c.reason
         assert f"{heads} query / {kv} KV heads" in c.reason and f"set target.tensor_parallel_size to {sizes} " in c.fix
+        # every GPU still used, as copies of the largest size that splits: or nothing said where none is left over
+        assert (f"target.data_parallel_size: {copies}" in c.fix) if copies else "data_parallel_size" not in c.fix
 
 
 def test_tensor_parallel_one_needs_no_check_and_unknown_heads_only_warn(make_config, tmp_path):

@@ -40,6 +40,11 @@ def cross_checks(cfg: PipelineConfig) -> list[tuple[str, str]]:
                          f"{cfg.target.tensor_parallel_size} exceeds the {len(cfg.gpus)} GPUs listed in 'gpus'"))
     if not cfg.gpus and cfg.target.tensor_parallel_size != 1:
         problems.append(("target.tensor_parallel_size", "a CPU rehearsal (empty 'gpus') supports only 1"))
+    spans = cfg.target.tensor_parallel_size * cfg.target.data_parallel_size
+    if cfg.gpus and cfg.target.data_parallel_size > 1 and spans > len(cfg.gpus):
+        problems.append(("target.data_parallel_size", f"{cfg.target.data_parallel_size} copies of "
+                         f"{cfg.target.tensor_parallel_size} GPU(s) each need {spans} GPUs, and 'gpus' lists "
+                         f"{len(cfg.gpus)}: set it to at most {len(cfg.gpus) // cfg.target.tensor_parallel_size}"))
     problems += _managed_conflicts(cfg) + _bounds(cfg) + fanout_checks(cfg)
     for p in phase_table.table():
         section = cfg.section(p.name)

@@ -78,6 +78,7 @@ class PipelineConfig(Strict):
         exclude = {p.name: _exclusions(type(getattr(self, p.name))) for p in rows if hasattr(self, p.name)}
         data = self.model_dump(mode="json", exclude=exclude)
         data.pop("fanout", None)  # where shards ran never changes what a phase produced
+        data["target"].pop("data_parallel_size", None)  # nor how many copies of the target served it
         optional = {name: data.pop(name) for name in ("hidden_states",)}
         also: set[str] = set()
         if section is not None:

@@ -148,6 +148,11 @@ class Target(Strict):
     tensor_parallel_size: int = Field(1, ge=1, description=(
         "GPUs one server spans. It must split the target's attention heads evenly (the doctor's "
         "`tensor-parallel` check names the sizes that do: SmolLM2-135M's 9 query / 3 KV heads allow 1 or 3)."))
+    data_parallel_size: int = Field(1, ge=1, le=64, description=(
+        "Copies of the target one server runs, each on its own `tensor_parallel_size` GPUs (vLLM's "
+        "--data-parallel-size, SGLang's --dp-size), its requests spread over them: how a target too small to "
+        "split over GPUs, or with heads that do not split, uses them all. `tensor_parallel_size` x this must "
+        "fit in `gpus`. How many copies serve changes no phase's output: it is in no fingerprint."))
     trust_remote_code: bool = Field(False, description="Let the engines run the model's own code.")
 
 

@@ -30,6 +30,7 @@ class Sglang(Engine):
                 "--context-length", str(target.max_model_len),
                 "--dtype", target.dtype,
                 "--tp-size", str(target.tensor_parallel_size),
+                *(["--dp-size", str(target.data_parallel_size)] if target.data_parallel_size > 1 else []),
                 "--enable-metrics"]  # the counters the benchmark's windows are measured by (engines/metrics.py)
         if target.trust_remote_code:
             argv.append("--trust-remote-code")
@@ -100,6 +101,7 @@ class Sglang(Engine):
     managed_flags = {
         ("--model-path", "--model"): "target.model",
         ("--tp-size", "--tensor-parallel-size"): "target.tensor_parallel_size",
+        ("--dp-size", "--data-parallel-size"): "target.data_parallel_size",
         ("--context-length",): "target.max_model_len",
         ("--speculative-algorithm", "--speculative-draft-model-path", "--speculative-draft-model",
          "--speculative-num-steps", "--speculative-eagle-topk", "--speculative-num-draft-tokens"): SPECULATIVE,

@@ -28,6 +28,8 @@ class Vllm(Engine):
                 "--max-model-len", str(target.max_model_len),
                 "--dtype", target.dtype,
                 "--tensor-parallel-size", str(target.tensor_parallel_size)]
+        if target.data_parallel_size > 1:
+            argv += ["--data-parallel-size", str(target.data_parallel_size)]
         if target.trust_remote_code:
             argv.append("--trust-remote-code")
         return argv + list(extra) + list(server.extra_args)
@@ -155,6 +157,7 @@ class Vllm(Engine):
         ("--model",): "target.model",
         ("--uds",): "{s}.server.host and {s}.server.port",
         ("--tensor-parallel-size", "-tp"): "target.tensor_parallel_size",
+        ("--data-parallel-size", "-dp"): "target.data_parallel_size",
         ("--max-model-len",): "target.max_model_len",
         ("--speculative-config", "-sc"): SPECULATIVE,
     }

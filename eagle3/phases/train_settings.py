@@ -87,9 +87,11 @@ def _online_gpu_sets(cfg) -> list[tuple[str, str]]:
                          f"and the trainer run at the same time, and {why}. Fix: give them disjoint GPUs, or cap the "
                          f"server's share of each GPU: add [--gpu-memory-utilization, '{SHARED_GPU_FRACTION}'] (at most "
                          f"{SHARED_GPU_FRACTION}) to extract.server.extra_args"))
-    if hs.server_gpus and cfg.target.tensor_parallel_size > len(hs.server_gpus):
+    spans = cfg.target.tensor_parallel_size * cfg.target.data_parallel_size
+    if hs.server_gpus and spans > len(hs.server_gpus):
         problems.append(("hidden_states.server_gpus", f"{len(hs.server_gpus)} GPU(s) for a target with "
-                                                      f"tensor_parallel_size {cfg.target.tensor_parallel_size}"))
+                                                      f"tensor_parallel_size {cfg.target.tensor_parallel_size} and "
+                                                      f"data_parallel_size {cfg.target.data_parallel_size}"))
     if hs.mode == "online" and cfg.gpus and not (hs.server_gpus and hs.train_gpus):
         problems.append(("hidden_states.mode", "online needs two GPU sets: set hidden_states.server_gpus and "
                                                "hidden_states.train_gpus (disjoint subsets of 'gpus')"))

@@ -281,3 +281,35 @@ def test_server_killed_mid_run_fails_retryable_then_rerun_completes(tiny_model, 
     assert_exactly_once(cfg, paths.samples)
     assert not sup.registry.entries(), "the phase must stop its server when done"
     assert not procfs.listening_ports({cfg.datagen.server.port})
+
+
+@pytest.mark.slow
+@pytest.mark.engine
+def test_a_data_parallel_server_serves_datagen_from_two_copies_of_the_target(tiny_model, make_config):
+    """target.data_parallel_size 2 (issue 40: SmolLM2's 9 query / 3 KV heads do not split over 2 GPUs, so a
+    2-GPU node serves it as two copies) on vLLM's CPU build: the server runs two engine copies, every
+    sample comes back once, and the whole server group is gone after the phase."""
+    from tests.conftest import TEST_VLLM_INPROC_WORKER
+    from tests.ports import free_port
+
+    from eagle3.pipeline import supervisor
+    from eagle3.process import procfs
+    from eagle3.process.registry import OWNER_ENV
+
+    cfg = make_config({"target": {"data_parallel_size": 2},
+                       # Each copy is an engine process of its own: vLLM's multiprocessing engine, not in-process.
+                       "engines": {"vllm": {"env": {TEST_VLLM_INPROC_WORKER: "1"}}},
+                       "datagen": {"max_samples": 16, "concurrency": 8, "sampling": {"max_tokens": 16},
+                                   "server": {"port": free_port()}}})
+    sup = supervisor(cfg)
+    summary = run_datagen(cfg, sup)
+    assert summary.details["complete"] and summary.details["new_samples"] == 16
+    assert_exactly_once(cfg, DatagenPaths.of(cfg).samples)
+    log = (cfg.phase_dir("datagen") / "logs" / "vllm-server.log").read_text(errors="replace")
+    launch = next(line for line in log.splitlines() if "launching datagen-vllm-server" in line)
+    assert "'--data-parallel-size', '2'" in launch
+    assert "EngineCore_DP0" in log and "EngineCore_DP1" in log  # vLLM's own names for its two copies
+    assert not sup.registry.entries() and not procfs.listening_ports({cfg.datagen.server.port})
+    # Nothing the run started lives on: no process carries its owner token (both copies, the API servers, vLLM's
+    # DP coordinator).
+    assert not [p.pid for p in procfs.all_procs() if procfs.environ_value(p.pid, OWNER_ENV) == sup.registry.token]

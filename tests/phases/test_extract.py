@@ -295,3 +295,29 @@ def test_extract_kill_resume_and_repair(extract_config, tmp_path):
     with pytest.raises(ConfigError, match=r"other settings \(changed: layer_ids\)"):
         run_extract(other, supervisor(other))
     print(f"\nextract timings: killed run {run1_s:.0f} s, resumed run {run2_s:.0f} s, {n} samples")
+
+
+@pytest.mark.slow
+@pytest.mark.engine
+def test_extraction_from_a_data_parallel_server_writes_the_targets_own_hidden_states(make_config, tiny_model):
+    """target.data_parallel_size 2 (issue 40: extraction on both GPUs of a node whose target does not split
+    over them) on vLLM's CPU build: the extraction server runs two copies of the target, and every file holds
+    what Hugging Face's model computes for its sample, checked independently in the engine's interpreter."""
+    from tests.conftest import TEST_VLLM_INPROC_WORKER
+
+    cfg = make_config({"target": {"model": str(tiny_model), "data_parallel_size": 2},
+                       "engines": {"vllm": {"env": {TEST_VLLM_INPROC_WORKER: "1"}}},  # a process per copy
+                       "extract": {"concurrency": 4, "server": {"port": free_port(), "startup_timeout_s": 600,
+                                                                "hang_timeout_s": 300}}})
+    write_phase1(cfg, 8)
+    sup = supervisor(cfg)
+    summary = run_extract(cfg, sup)
+    manifest = read_extract_manifest(cfg)
+    n = manifest.num_samples
+    assert summary.details["new_files"] == n == 9 and len(list(ExtractPaths.of(cfg).hidden_states.glob("hs_*"))) == n
+    log = (cfg.phase_dir("extract") / "logs" / "vllm-server.log").read_text(errors="replace")
+    assert "EngineCore_DP0" in log and "EngineCore_DP1" in log
+    check = engine_check(cfg, manifest)
+    assert check["num_prepared"] == n and all(check["ids_match"]) and all(check["finite"])
+    assert max(check["layer_max_abs_diff"]) < 1e-3, check["layer_max_abs_diff"]
+    assert sup.registry.entries() == [] and not procfs.listening_ports({cfg.extract.server.port})
