@@ -13,19 +13,19 @@ from types import SimpleNamespace
 import pytest
 
 from eagle3.bench import measure
+from tests.bench.standin_server import StandInServer
 
 START_S = {0: 0.6, 3: 1.2}  # the baseline's start, and a speculative server's (it loads a drafter too)
 
 
-class TimedServer:
-    """A BenchServer with the same calls; start() takes START_S[k] (0.3 s for a twin: the cache is warm)."""
+class TimedServer(StandInServer):
+    """start() takes START_S[k] (0.3 s for a twin: the cache is warm), or ends at once when stopped."""
     fail: set = set()
     log: list = []
     made: list = []
 
-    def __init__(self, cfg, sup, label, k, drafter, warmup_texts, port, twin, instance, extra_args=()):
-        self.label, self.k, self.twin, self.extra = label, k, twin, list(extra_args)
-        self.record = {"label": label, "k": k, "windows": [], "extra": self.extra}
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
         self.stopped = threading.Event()  # a real server's process ends on stop(), and its start then fails
         self.made.append(self)
 
@@ -39,18 +39,8 @@ class TimedServer:
         self.record.update(launched_at=launched, ready_at=time.time(), startup_s=time.time() - launched)
         self.log.append(("ready", self.label, time.time(), threading.current_thread().name))
 
-    def window(self, c, dataset, num_prompts, repeat, slot):
-        self.record["windows"].append({"concurrency": c, "repeat": repeat, "slot": slot,
-                                       "load": {"output_throughput": 100.0}})
-
-    def probes(self, probes):
-        pass
-
-    def finish(self):
-        pass
-
     def stop(self):
-        self.record["stopped"] = True
+        super().stop()
         self.stopped.set()
 
 

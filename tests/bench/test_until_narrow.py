@@ -12,31 +12,16 @@ import pytest
 
 from eagle3.bench import measure
 from eagle3.bench.repeats import pair_by_slot, paired_ratio_interval, reach_pct
+from tests.bench.standin_server import StandInServer
 
 
-class ScriptedServer:
-    """A BenchServer with the same calls; each window's tok/s is `speed(slot number, concurrency)`."""
+class ScriptedServer(StandInServer):
+    """Each window's tok/s is `speed(slot number, concurrency)`, from `speeds` by k ("twin" for the twin)."""
     speeds: dict = {}
 
-    def __init__(self, cfg, sup, label, k, drafter, warmup_texts, port, twin, instance, extra_args=()):
-        self.label, self.k, self.twin, self.record = label, k, twin, {}
-        self.speed = self.speeds["twin" if twin else k]
-
-    def start(self):
-        self.record = {"label": self.label, "k": self.k, **({"twin": True} if self.twin else {}), "windows": []}
-
-    def window(self, c, dataset, num_prompts, repeat, slot):
-        self.record["windows"].append({"concurrency": c, "repeat": repeat, "slot": slot,
-                                       "load": {"output_throughput": self.speed(repeat, c)}})
-
-    def probes(self, probes):
-        pass
-
-    def finish(self):
-        pass
-
-    def stop(self):
-        self.record["stopped"] = True
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.speed = self.speeds["twin" if self.twin else self.k]
 
 
 def drift(n: int) -> float:
