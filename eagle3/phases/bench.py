@@ -68,7 +68,8 @@ SCHEMA = 1
 log = logging.getLogger("eagle3.bench")
 
 from ..bench.inputs import held_out_prompts, parity_expectation, refuse_unloadable, resolve_drafter, training_prompts
-from ..bench.measure import measure_interleaved, measure_server, round_starts
+from ..bench.measure import measure_interleaved, measure_server
+from ..bench.starts import round_starts
 from ..bench.paths import BenchPaths, slug
 
 

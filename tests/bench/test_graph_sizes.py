@@ -1,5 +1,5 @@
 """A benchmark server's CUDA graphs: captured for exactly the token counts its steps can have
-(eagle3/bench/measure.py: graph_sizes; eagle3/engines/vllm.py: with_graph_sizes). vLLM rounds its own
+(eagle3/bench/starts.py: graph_sizes; eagle3/engines/vllm.py: with_graph_sizes). vLLM rounds its own
 capture sizes up to multiples of k + 1 for full decode graphs, so with its default list a k=2 server at 4
 requests (12 tokens) had none. vLLM's CPU build captures no graphs: that every bench server starts with
 these flags is the real-server tests' (tests/phases/test_bench.py); what they buy is a GPU's to show."""
@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from eagle3.bench.measure import graph_sizes
+from eagle3.bench.starts import graph_sizes
 from eagle3.engines.vllm import ENGINE as VLLM
 from eagle3.engines.sglang import ENGINE as SGLANG
 

@@ -1,6 +1,6 @@
 """bench.start_servers side_by_side: a round's servers start at once, the baseline's twin once the
 baseline is ready, each with its own flags; a failed start or an interruption ends every start
-(eagle3/bench/measure.py: start_side_by_side). The servers here
+(eagle3/bench/starts.py: start_side_by_side). The servers here
 are stand-ins whose start takes a set time, so the overlap is known exactly; on real vLLM CPU servers it is
 tests/phases/test_bench.py's."""
 
@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from eagle3.bench import measure
+from eagle3.bench.starts import round_starts
 from tests.bench.standin_server import StandInServer
 
 START_S = {0: 0.6, 3: 1.2}  # the baseline's start, and a speculative server's (it loads a drafter too)
@@ -76,7 +77,7 @@ def test_side_by_side_starts_in_the_slowest_servers_time_and_the_twin_after_the_
     assert len({thread for *_, thread in TimedServer.log}) == 3  # a thread per start
     assert [r["start"] for r in records] == ["side by side"] * 3
     assert [r["extra"] for r in records] == [flags[0], flags[3], flags[0]]
-    starts = measure.round_starts([{**r, "round": 1} for r in records])
+    starts = round_starts([{**r, "round": 1} for r in records])
     assert starts[0]["servers"] == 3 and starts[0]["start"] == "side by side"
     assert starts[0]["first_launch_to_last_ready_s"] < starts[0]["sum_of_starts_s"] - 0.5
 
