@@ -22,6 +22,7 @@ from pydantic import BaseModel, SecretStr, ValidationError
 from eagle3.progress import counts, subscribed
 from eagle3.process import procfs
 from eagle3.config import Server, config_model, load_config
+from eagle3.config.types import Target
 from eagle3.engines import benchclient, speculators_cli as speculators
 from eagle3.engines import sglang as sglang_module
 from eagle3.engines.sglang import ENGINE as sglang
@@ -92,7 +93,7 @@ def payload(markers: Path, tag: str) -> str:
 # with the field named. (engines.*.python/command_prefix are exclusive; both kinds are exercised.)
 REJECTED = {"name", "target.served_name", "target.dtype", "datagen.engine", "extract.engine",
             "extract.hidden_states_dtype", "train.dry_run", "train.loss_implementation", "train.draft_attn_impl",
-            "hidden_states.mode", "bench.engine", "bench.schedule", "handoff.systemd_units[]",
+            "hidden_states.mode", "bench.engine", "bench.schedule", "bench.start_servers", "handoff.systemd_units[]",
             "datagen.server.host", "extract.server.host", "bench.server.host",
             "fanout.pools[]"} | {  # pool names: a pattern, and they reach Prefect, never an engine
             f"{phase}.server.{key}" for phase in ("datagen", "extract", "bench")
@@ -246,8 +247,7 @@ def test_servers_bind_loopback_unless_configured(tmp_path):
     default = Server(port=8000)
     assert default.host == "127.0.0.1"
     env = types.SimpleNamespace(script_argv=lambda n: [n], python_argv=lambda: ["python"])
-    target = types.SimpleNamespace(model=Path("/m"), served_name="t", max_model_len=8, dtype="auto",
-                                   tensor_parallel_size=1, trust_remote_code=False)
+    target = Target(model=Path("/m"), served_name="t", max_model_len=8)
     for adapter in (vllm, sglang):
         argv = adapter.serve_argv(env, target, default)
         assert argv[argv.index("--host") + 1] == "127.0.0.1"
