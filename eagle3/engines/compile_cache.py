@@ -160,7 +160,7 @@ def shared_dir(root: Path, engine: str, versions: dict) -> Path:
     """The directory every key of one engine version shares (created 0700 under `root`)."""
     root = owned.private_dir(root, "the pack's compile cache")
     engine_dir = owned.private_dir(root / engine, "the pack's compile cache")
-    return owned.private_dir(engine_dir / f"shared-{cache_key({'versions': dict(sorted(versions.items()))})[:16]}",
+    return owned.private_dir(engine_dir / f"shared-{cache_key({'versions': versions})[:16]}",
                              "the pack's compile cache")
 
 

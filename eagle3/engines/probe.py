@@ -79,20 +79,24 @@ def inspect_engine(cfg: PipelineConfig, sup: Supervisor, engine: str, cached_onl
     """The engine's versions, its support for the target, and which of its optional_serve_flags it takes
     (`cached_only`: None where no probe has answered yet)."""
     adapter = engine_registry.get(engine)
-    flags = [f"--serve-flag={flag}" for flag in adapter.optional_serve_flags]
+    args = ("inspect_target.py", str(cfg.target.model), "--engine", engine,
+            *(f"--serve-flag={flag}" for flag in adapter.optional_serve_flags))
+    cached = engine_probe(cfg, sup, engine, *args, cached_only=True)
+    if cached is not None or cached_only:
+        return cached
+    if not getattr(cfg.engines, engine).compile_cache:
+        return engine_probe(cfg, sup, engine, *args)
     # What the probe can work out for the servers' starts (vLLM: its model-inspection answers) lands in the
     # run's scratch, then in the compile cache's directory for this engine version, which every start reads.
-    keep = getattr(cfg.engines, engine).compile_cache and not cached_only
     scratch = cfg.layout.doctor / f"{engine}-for-starts"
-    if keep:
-        shutil.rmtree(scratch, ignore_errors=True)
-        owned.private_dir(scratch, "the probe's scratch")
-    result = engine_probe(cfg, sup, engine, "inspect_target.py", str(cfg.target.model), "--engine", engine, *flags,
-                          cached_only=cached_only, scratch_env=adapter.probe_scratch_env(scratch) if keep else None)
-    if keep and result and isinstance(result.get("versions"), dict):
-        root = compile_cache.user_root() or cfg.layout.compile_cache
-        adapter.adopt_probe_output(scratch, compile_cache.shared_dir(root, engine, result["versions"]))
-    if keep:
+    shutil.rmtree(scratch, ignore_errors=True)
+    owned.private_dir(scratch, "the probe's scratch")
+    try:
+        result = engine_probe(cfg, sup, engine, *args, scratch_env=adapter.probe_scratch_env(scratch))
+        if isinstance(result.get("versions"), dict):
+            root = compile_cache.user_root() or cfg.layout.compile_cache
+            adapter.adopt_probe_output(scratch, compile_cache.shared_dir(root, engine, result["versions"]))
+    finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return result
 

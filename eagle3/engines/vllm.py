@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 from .. import owned
+from ..fsio import atomic_write_bytes
 from ..process.readiness import HttpProbe, Probe
 from . import benchclient, loadgen, metrics
 from .engine import SPECULATIVE, Engine
@@ -103,9 +103,7 @@ class Vllm(Engine):
             if (infos / answer.name).exists():
                 continue  # a start's own answer, or an earlier probe's: the same class source, the same answer
             data = owned.read_bytes(answer, what="the probe's model-inspection answer")
-            with tempfile.NamedTemporaryFile(dir=infos, prefix=".probe-", delete=False) as tmp:
-                tmp.write(data)
-            os.replace(tmp.name, infos / answer.name)
+            atomic_write_bytes(infos / answer.name, data)
 
     start_steps = (
         ("weights_s", r"Loading weights took ([\d.]+) seconds"),
