@@ -322,6 +322,12 @@ def _verify(report: HandoffReport, settings: Handoff, backend: GpuBackend | None
     for a whole grace period ends the wait early: nothing this handoff may do will make it go."""
     done: set[int] = {e["pid"] for e in report.ended}
     first_seen: dict[int, float] = {}
+    # The services were stopped a moment ago and the driver frees their memory 0.04-0.1 s after they
+    # exit: a full check now would only see that memory and cost a whole /proc scan more. A holder that
+    # is still there after one poll interval gets the full check (and its ending or naming) then.
+    if backend is not None and gpus:
+        _await_release(backend, gpus, settings.used_mib_threshold,
+                       min(time.monotonic() + settings.poll_interval_s, deadline))
     while True:
         now = time.monotonic()
         states: list[GpuState] = []

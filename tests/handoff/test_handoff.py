@@ -250,6 +250,35 @@ def test_the_proof_runs_as_soon_as_nvml_reads_the_memory_freed_not_a_poll_interv
     assert [g["used_mib"] for g in report.gpus] == [0, 0] and report.holders == []
 
 
+def test_the_verify_step_scans_proc_once_after_the_release_not_before_it(env, monkeypatch):
+    """A /proc scan for holders costs more than the release it would wait on (~0.02 s on the H200's
+    16 cores): while the stopped service's memory is still being freed, the verify step only polls
+    NVML, and the full proof runs once, after the release."""
+    import eagle3.handoff.core as core
+    scans = []
+    real = core.find_holders
+    monkeypatch.setattr(core, "find_holders", lambda *a, **kw: scans.append(time.monotonic()) or real(*a, **kw))
+    env.gpus.linger_s = 0.3
+    proc = env.launch(HOLD, env.gpus.device(0))
+    assert env.gpus.snapshot([0])[0].used_mib == 512
+    report = env.handoff(poll_interval_s=3.0, deadline_s=10)
+    assert report.ok and gone(proc.pid), report.problems
+    # One scan in the "owned GPU holders" step, one in the verify step's proof: none in between.
+    assert len(scans) == 2, [round(t - scans[0], 3) for t in scans]
+    verify = next(s for s in report.steps if s["name"] == "verify")
+    assert verify["seconds"] < 1.5 and report.gpus[0]["used_mib"] == 0
+
+
+def test_a_holder_that_outlasts_the_first_wait_still_gets_the_full_check(env, spawner):
+    """The wait before the first full check is one poll interval at most: a foreign CUDA process is
+    named and left alive, as before."""
+    stranger = spawner.start(HOLD, env.gpus.device(0))
+    t0 = time.monotonic()
+    with pytest.raises(HandoffError, match=rf"GPU 0 \(GPU-fake-0000\) held by PID {stranger.pid} "):
+        env.handoff(poll_interval_s=0.3, deadline_s=3, grace_s=0.5)
+    assert stranger.poll() is None and procfs.alive(stranger.pid) and time.monotonic() - t0 < 3
+
+
 def test_memory_held_with_no_process_blocks_until_the_deadline(env):
     env.gpus.stuck_mib[1] = 5554
     t0 = time.monotonic()
