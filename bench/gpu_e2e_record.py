@@ -80,7 +80,7 @@ def run_record(run_dir: Path) -> dict:
                          "gpu_check": h.get("gpu_check"), "started_at": h.get("started_at"),
                          "steps": {s["name"]: s["seconds"] for s in h.get("steps", [])}})
     starts = jsonl(layout.server_starts)
-    logs = sorted(run_dir.glob("*/logs/*-server.log"))  # every server a phase started logs there
+    logs = sorted(run_dir.glob("*/logs/*server*.log"))  # every server a phase started (a bench round: one log each)
     launched = [entry for log in logs for entry in launches(log)]
     train = read_json(run_dir / "train" / "manifest.json") or {}
     bench = read_json(run_dir / "bench" / "results.json") or {}

@@ -91,3 +91,27 @@ def test_the_real_model_record_has_every_k_with_its_step_cost(tmp_path):
         for c, fig in row["by_concurrency"].items():
             expected = fig["mean_tpot_ms"] * row["acceptance_length"] / base[int(c)]
             assert abs(fig["step_cost"] / expected - 1) < 0.01, (k, c)  # the table's TPOT is rounded
+
+
+def test_a_side_by_side_round_counts_every_server_it_started(tmp_path):
+    """The 2026-12-05 run6 record (real SmolLM2 target; baseline, k=3, k=5 and the baseline's twin
+    started side by side, each logging to a file of its own): rebuilt from its committed run files,
+    every server start is there with what vLLM said it spent, and the target loads are all six."""
+    raw = RESULTS / "smollm2-h200-20261205-run6"
+    runs, results = tmp_path / "runs", tmp_path / "results"
+    with tarfile.open(raw / "run-files.tar.gz") as tar:
+        _extract(tar, runs)
+    results.mkdir()
+    for name in ("machine.txt", "events.jsonl"):
+        shutil.copy(raw / name, results / name)
+    res = subprocess.run([sys.executable, str(REPO / "bench" / "gpu_e2e_record.py"), "--results", str(results),
+                          "--run", f"real={runs / 'h200-smollm2'}"], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert res.returncode == 0, res.stderr
+    made = json.loads((results / "gpu-e2e-summary.json").read_text())
+    names = [s["name"] for s in made["server_starts"]]
+    assert names == ["datagen-vllm-server", "extract-vllm-server", "bench-vllm-server-baseline",
+                     "bench-vllm-server-k3", "bench-vllm-server-k5", "bench-vllm-server-baseline-twin"]
+    assert all(s.get("load_s") for s in made["server_starts"]), made["server_starts"]
+    assert made["target_loads"] == made["server_launches"] == 6
+    assert made["bench_round_starts"][0]["start"] == "side by side"
+    assert made == json.loads((raw / "gpu-e2e-summary.json").read_text())
