@@ -13,7 +13,10 @@ fixed pure-Python loop that says how fast one core of this machine is:
     `import vllm.entrypoints.openai.api_server`.
 
 Every import is run with `-X importtime`; the JSON keeps the seconds and, per import, the ten top-level
-packages that took longest (cumulative) and the ten slowest modules by their own time.
+packages that took longest (cumulative) and the ten slowest modules by their own time. While the Prefect
+server starts, it writes its threads' stacks every `--stacks-every` seconds (a sampling thread, loaded through a
+sitecustomize of the probe's own): the JSON keeps the innermost frames, most seen first, so a start that
+waits (37-40 s on the H200 machine, with the database migrated) says on what.
 
     python bench/startup_probe.py --engine-python .gpu-engine/bin/python --out startup-probe.json
     python bench/startup_probe.py --smoke     # CI: `pass` and the loop only; measures nothing
@@ -70,17 +73,87 @@ def timed(argv: list[str], env: dict | None = None, importtime: bool = False) ->
     return out
 
 
-def prefect_server_start(run_dir: Path) -> dict:
-    """The run's Prefect server, as `eagle3 run` starts it, until its /health answers; then stopped."""
+# Loaded by every Python the probe starts with this dir first on PYTHONPATH: a daemon thread writes every
+# thread's stack to a file every few seconds, so a start that waits shows where it waits. A Python thread
+# under the GIL, not faulthandler's watchdog: that one reads other threads' frames without it, and the
+# Prefect server died of SIGSEGV under it here.
+STACKS_SITECUSTOMIZE = """import os
+if os.environ.get("EAGLE3_STACKS_FILE"):
+    import sys, threading, time, traceback
+
+    def _sample(path=os.environ["EAGLE3_STACKS_FILE"], every=float(os.environ.get("EAGLE3_STACKS_EVERY", "2"))):
+        me, main = threading.get_ident(), threading.main_thread().ident
+        with open(path, "a") as fh:
+            while True:
+                time.sleep(every)
+                out = [f"Timeout ({every} s)!"]
+                for tid, frame in sys._current_frames().items():
+                    if tid == me:
+                        continue
+                    out.append(f"{'Main' if tid == main else ''}Thread 0x{tid:016x} (most recent call first):")
+                    out += [f'  File "{f.filename}", line {f.lineno} in {f.name}'
+                            for f in reversed(traceback.extract_stack(frame))]
+                fh.write("\\n".join(out) + "\\n")
+                fh.flush()
+
+    threading.Thread(target=_sample, name="eagle3-stacks", daemon=True).start()
+"""
+
+
+def stack_summary(text: str, top: int = 12) -> dict:
+    """faulthandler dumps -> how many there were and the innermost frames of every thread, most seen first."""
+    counts: dict[str, int] = defaultdict(int)
+    main_counts: dict[str, int] = defaultdict(int)  # the main thread's innermost 3 frames: what it waits in
+    dumps, innermost_next, main_frames = 0, False, None
+    for line in text.splitlines() + ["Timeout (end)"]:
+        if line.startswith(("Timeout (", "Thread 0x", "MainThread 0x")):
+            if main_frames:
+                main_counts[" <- ".join(main_frames[:3])] += 1
+            main_frames = [] if line.startswith("MainThread") else None
+            dumps += line.startswith("Timeout (") and line != "Timeout (end)"
+            innermost_next = not line.startswith("Timeout (")
+        elif line.strip().startswith("File "):
+            if innermost_next:
+                counts[line.strip()] += 1
+                innermost_next = False
+            if main_frames is not None:
+                main_frames.append(line.strip())
+
+    def most(c: dict[str, int]) -> dict[str, int]:
+        return dict(sorted(c.items(), key=lambda kv: -kv[1])[:top])
+
+    return {"dumps": dumps, "innermost_frames": most(counts), "main_thread": most(main_counts)}
+
+
+def prefect_server_start(run_dir: Path, stacks_every: float | None = None) -> dict:
+    """The run's Prefect server, as `eagle3 run` starts it, until its /health answers; then stopped.
+    With stacks_every, the server dumps its threads' stacks that often while it starts."""
     from eagle3.process.services import Supervisor
     from flows.local_server import start_local_server
 
     sup = Supervisor(run_dir / "state")
-    t = time.perf_counter()
-    proc, _ = start_local_server(sup, run_dir / "logs")
-    ready = time.perf_counter() - t
-    proc.stop()
-    return {"seconds": round(ready, 3)}
+    saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "EAGLE3_STACKS_FILE", "EAGLE3_STACKS_EVERY")}
+    stacks = run_dir / "prefect-server-stacks.txt"
+    if stacks_every:
+        site = run_dir / "stacks-site"
+        site.mkdir(exist_ok=True)
+        (site / "sitecustomize.py").write_text(STACKS_SITECUSTOMIZE)
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(site), saved["PYTHONPATH"]) if p)
+        os.environ["EAGLE3_STACKS_FILE"], os.environ["EAGLE3_STACKS_EVERY"] = str(stacks), str(stacks_every)
+    try:
+        t = time.perf_counter()
+        proc, _ = start_local_server(sup, run_dir / "logs")
+        ready = time.perf_counter() - t
+        proc.stop()
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+    out = {"seconds": round(ready, 3)}
+    if stacks_every:
+        text = stacks.read_text(errors="replace") if stacks.exists() else ""
+        last = text[text.rfind("Timeout ("):] if "Timeout (" in text else ""
+        out["stacks"] = {**stack_summary(text), "every_s": stacks_every, "last_dump": last[:12000]}
+    return out
 
 
 def main() -> int:
@@ -88,6 +161,8 @@ def main() -> int:
     ap.add_argument("--engine-python", help="the engine env's python (vLLM's side); left out: the pack's side only")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--smoke", action="store_true", help="`pass` and the loop only (CI)")
+    ap.add_argument("--stacks-every", type=float, default=2.0,
+                    help="the Prefect server dumps its stacks this often while it starts (0: never)")
     ap.add_argument("--scratch", type=Path, help="where the Prefect server's database goes (default: the temp dir); "
                                                  "its disk's fsync is what a fresh database's migrations wait on")
     args = ap.parse_args()
@@ -117,7 +192,8 @@ def main() -> int:
             # (every later run of that user: ~/.prefect unless PREFECT_HOME says otherwise).
             os.environ["PREFECT_HOME"] = str(Path(d) / "prefect-home")
             for rep in (1, 2):
-                step(f"the run's Prefect server to /health #{rep}", prefect_server_start(Path(d)))
+                step(f"the run's Prefect server to /health #{rep}",
+                     prefect_server_start(Path(d), args.stacks_every or None))
         if args.engine_python:
             for rep in (1, 2):
                 step(f"engine: import torch #{rep}", timed([args.engine_python, "-c", "import torch"], importtime=True))

@@ -80,6 +80,23 @@ def test_startup_probe_smoke_and_its_importtime_summary(tmp_path):
     assert list(summary["modules_self_s"]) == ["c", "a", "a.b"]
 
 
+def test_startup_probe_dumps_the_prefect_servers_stacks_while_it_starts(tmp_path, monkeypatch):
+    """The run's real Prefect server (flows/local_server.py), started with the probe's stack dumps every
+    0.5 s: it answers, the dumps name frames of its start, and the probe's environment is put back."""
+    sys.path.insert(0, str(REPO / "bench"))
+    import startup_probe
+
+    monkeypatch.setenv("PREFECT_HOME", str(tmp_path / "prefect-home"))
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    before = os.environ.get("PYTHONPATH")
+    out = startup_probe.prefect_server_start(tmp_path, stacks_every=0.5)
+    assert os.environ.get("PYTHONPATH") == before and "EAGLE3_STACKS_FILE" not in os.environ
+    stacks = out["stacks"]
+    assert out["seconds"] > 0 and stacks["dumps"] >= 1, out
+    assert stacks["innermost_frames"] and all(f.startswith("File ") for f in stacks["innermost_frames"])
+    assert stacks["main_thread"] and "MainThread 0x" in stacks["last_dump"]
+
+
 @pytest.mark.slow
 @pytest.mark.engine
 def test_modelinfo_share_bench_smoke():
