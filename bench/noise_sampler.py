@@ -6,7 +6,10 @@ per-request TPOT that jumped between levels (~1.55, 1.95, 2.2, 2.45 ms) in runs 
 so one window differed from the next by up to 10 %. A level that lasts seconds is a machine state,
 not the request: this records the candidates side by side (issue 37: "find out what dominates the
 noise"): the GPU's SM and memory clocks, its clock-event reasons (power, thermal, idle), utilisation,
-power and temperature; the CPUs' load; and where the busiest processes run (core number, CPU %).
+power and temperature; the CPUs' load, the hypervisor's steal time and the CPU clock the kernel reports;
+and where the busiest processes run (core number, CPU %). On 2026-12-05 (run6) the SM clock never moved
+while a window's speed moved by 8-16 %, and the busy engine core's CPU number did not sort fast windows
+from slow ones: steal time is the next candidate on a 16-vCPU virtual machine.
 It only reads: NVML queries and /proc.
 
     python bench/noise_sampler.py sample OUT.jsonl [--interval 0.2]   # until SIGTERM / SIGINT
@@ -83,19 +86,28 @@ def _busiest(prev: dict[int, float], interval: float) -> tuple[list[dict], dict[
     return rows[:TOP], now
 
 
+def _host() -> dict:
+    """What a virtual machine's guest can see of its host: the share of time the hypervisor ran something
+    else while a vCPU wanted to run (steal, since the last call), and the clock the kernel reports."""
+    times = psutil.cpu_times_percent()
+    freq = psutil.cpu_freq()
+    return {"steal_pct": getattr(times, "steal", None), "cpu_mhz": round(freq.current) if freq else None}
+
+
 def sample(out: Path, interval: float, gpu: bool, count: int | None = None) -> int:
     stop = []
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.append(1))
     g = _Gpu() if gpu else None
     psutil.cpu_percent(percpu=True)
+    psutil.cpu_times_percent()
     _, prev = _busiest({}, interval)
     n = 0
     with out.open("a") as f:
         while not stop and (count is None or n < count):
             time.sleep(interval)
             row = {"t": round(time.time(), 3), "cpu_pct": psutil.cpu_percent(percpu=True),
-                   "load1": os.getloadavg()[0]}
+                   "load1": os.getloadavg()[0], **_host()}
             row["procs"], prev = _busiest(prev, interval)
             if g is not None:
                 row["gpus"] = g.read()
@@ -150,13 +162,16 @@ def explain(samples_path: Path, results: dict) -> dict:
         req["sm_mhz"] = statistics.fmean(sm) if sm else None
         req["cpu_mean_pct"] = statistics.fmean(statistics.fmean(s["cpu_pct"]) for s in inside)
         req["top_proc_pct"] = statistics.fmean(s["procs"][0]["pct"] if s["procs"] else 0.0 for s in inside)
+        for key in ("steal_pct", "cpu_mhz"):  # absent from samples taken before 2026-12-05
+            seen = [s[key] for s in inside if s.get(key) is not None]
+            req[key] = statistics.fmean(seen) if seen else None
         out["servers"].setdefault(req["server"], []).append(req)
     summary = {}
     for label, reqs in out.pop("servers").items():
         tpot = [r["tpot_ms"] for r in reqs]
         row = {"requests": len(reqs), "tpot_mean_ms": round(statistics.fmean(tpot), 3),
                "tpot_cv_pct": round(100 * statistics.pstdev(tpot) / statistics.fmean(tpot), 1)}
-        for key in ("sm_mhz", "cpu_mean_pct", "top_proc_pct"):
+        for key in ("sm_mhz", "cpu_mean_pct", "top_proc_pct", "steal_pct", "cpu_mhz"):
             pairs = [(r[key], r["tpot_ms"]) for r in reqs if r.get(key) is not None]
             row[f"corr_tpot_{key}"] = _corr([p[0] for p in pairs], [p[1] for p in pairs]) if pairs else None
         levels: dict[int, list[float]] = {}

@@ -64,6 +64,29 @@ def test_noise_sampler_smoke():
     assert result["explain"]["servers"]["baseline"]["requests"] == 1
 
 
+def test_noise_sampler_records_steal_time_and_explain_correlates_it(tmp_path):
+    """Each sample carries the hypervisor's steal time (Linux: a share of the interval, 0-100) and the
+    kernel's CPU clock; explain correlates TPOT with steal: here requests that ran while steal was high
+    were slow, and the correlation says so."""
+    sys.path.insert(0, str(REPO / "bench"))
+    import noise_sampler
+
+    path = tmp_path / "s.jsonl"
+    assert noise_sampler.sample(path, 0.05, gpu=False, count=3) == 3
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert all(0 <= r["steal_pct"] <= 100 for r in rows), rows
+    synthetic = tmp_path / "synthetic.jsonl"
+    synthetic.write_text("".join(json.dumps({"t": i + 0.5, "cpu_pct": [10.0], "load1": 0.1, "procs": [],
+                                             "steal_pct": 40.0 if i % 2 else 0.0, "cpu_mhz": 2000}) + "\n"
+                                 for i in range(10)))
+    requests = [{"latency_ms": 1000.0, "ttft_ms": 0.0, "output_tokens": 101 if i % 2 == 0 else 51} for i in range(9)]
+    result = {"servers": [{"label": "baseline", "k": 0, "windows": [
+        {"concurrency": 1, "started_at": 0.0, "load": {"requests": requests}}]}]}
+    row = noise_sampler.explain(synthetic, result)["servers"]["baseline"]
+    # Request i spans [i, i+1] s, with one sample in it: odd ones ran under steal 40 % at twice the TPOT.
+    assert row["requests"] == 9 and row["corr_tpot_steal_pct"] > 0.5, row
+
+
 def test_startup_probe_smoke_and_its_importtime_summary(tmp_path):
     res = _script("startup_probe.py", "--smoke", "--out", str(tmp_path / "p.json"), timeout=60)
     result = json.loads((tmp_path / "p.json").read_text())
