@@ -68,11 +68,8 @@ def test_the_summary_says_what_the_issue_asks_and_labels_it():
     assert "a drafter trained by this run" in s["labels"] and "H200" in s["labels"]
 
 
-def test_the_real_model_record_has_every_k_with_its_step_cost(tmp_path):
-    """The 2026-12-04 run4 record (real SmolLM2 target, k=2 and 3): rebuilt from its committed run files,
-    each k's acceptance and, per concurrency, speedup, interval, verdict and step cost are what the
-    committed summary says, and each step cost is TPOT x acceptance length / the baseline's TPOT."""
-    raw = RESULTS / "smollm2-h200-20261204-run4"
+def _rebuild_real(raw: Path, tmp_path: Path) -> tuple[Path, dict]:
+    """A committed real-model record rebuilt from its run files: (the runs dir, the summary made)."""
     runs, results = tmp_path / "runs", tmp_path / "results"
     with tarfile.open(raw / "run-files.tar.gz") as tar:
         _extract(tar, runs)
@@ -82,7 +79,16 @@ def test_the_real_model_record_has_every_k_with_its_step_cost(tmp_path):
     res = subprocess.run([sys.executable, str(REPO / "bench" / "gpu_e2e_record.py"), "--results", str(results),
                           "--run", f"real={runs / 'h200-smollm2'}"], capture_output=True, text=True, timeout=120, cwd=REPO)
     assert res.returncode == 0, res.stderr
-    made = json.loads((results / "gpu-e2e-summary.json").read_text())["heldout"]
+    return runs, json.loads((results / "gpu-e2e-summary.json").read_text())
+
+
+def test_the_real_model_record_has_every_k_with_its_step_cost(tmp_path):
+    """The 2026-12-04 run4 record (real SmolLM2 target, k=2 and 3): rebuilt from its committed run files,
+    each k's acceptance and, per concurrency, speedup, interval, verdict and step cost are what the
+    committed summary says, and each step cost is TPOT x acceptance length / the baseline's TPOT."""
+    raw = RESULTS / "smollm2-h200-20261204-run4"
+    runs, summary = _rebuild_real(raw, tmp_path)
+    made = summary["heldout"]
     committed = json.loads((raw / "gpu-e2e-summary.json").read_text())["heldout"]
     assert made["per_k"] == committed["per_k"] and set(made["per_k"]) == {"2", "3"}
     bench = json.loads((runs / "h200-smollm2" / "bench" / "results.json").read_text())
@@ -98,16 +104,8 @@ def test_a_side_by_side_round_counts_every_server_it_started(tmp_path):
     started side by side, each logging to a file of its own): rebuilt from its committed run files,
     every server start is there with what vLLM said it spent, and the target loads are all six."""
     raw = RESULTS / "smollm2-h200-20261205-run6"
-    runs, results = tmp_path / "runs", tmp_path / "results"
-    with tarfile.open(raw / "run-files.tar.gz") as tar:
-        _extract(tar, runs)
-    results.mkdir()
-    for name in ("machine.txt", "events.jsonl"):
-        shutil.copy(raw / name, results / name)
-    res = subprocess.run([sys.executable, str(REPO / "bench" / "gpu_e2e_record.py"), "--results", str(results),
-                          "--run", f"real={runs / 'h200-smollm2'}"], capture_output=True, text=True, timeout=120, cwd=REPO)
-    assert res.returncode == 0, res.stderr
-    made = json.loads((results / "gpu-e2e-summary.json").read_text())
+    runs, summary = _rebuild_real(raw, tmp_path)
+    made = summary
     names = [s["name"] for s in made["server_starts"]]
     assert names == ["datagen-vllm-server", "extract-vllm-server", "bench-vllm-server-baseline",
                      "bench-vllm-server-k3", "bench-vllm-server-k5", "bench-vllm-server-baseline-twin"]
