@@ -33,7 +33,7 @@ from ..fsio import atomic_write_json
 from .gpus import GpuBackend, GpuQueryError, GpuState, NvmlBackend
 from .view import summary_line
 from ..layout import RunLayout
-from .holders import Holder, Ownership, describe_cmd, find_holders, port_holders
+from .holders import Holder, Ownership, describe_cmd, device_file_holders, find_holders, port_holders
 from ..process.services import OWNER_ENV, SERVICE_ENV, Entry, Supervisor, state_dir_for
 from ..process.terminate import end_processes
 
@@ -135,15 +135,15 @@ def run_handoff(run_dir: Path, settings: Handoff, gpus: list[int] | None, ports:
         _stop_services(step, report, sup, ownership, settings)
         checking = nvml.open(step, report, gpus)
         gpus = nvml.gpus if checking else gpus
-        _end_owned_holders(step, report, nvml.backend if checking else None, gpus, ownership, settings)
+        open_files = _end_owned_holders(step, report, nvml.backend if checking else None, gpus, ownership, settings)
         _purge(step, report, run_dir, settings)
         with step("verify") as rec:
             # The wait for release counts from here, not from the handoff's start: a service's own stop
             # grace (spent above) may be longer than the whole deadline, and memory is freed only
             # after its last process is gone.
             blockers = _verify(report, settings, nvml.backend if checking else None, gpus or [], ports, ownership,
-                               deadline=time.monotonic() + settings.deadline_s)
-            rec["detail"] = "clean" if not blockers else f"{len(blockers)} blocker(s)"
+                               deadline=time.monotonic() + settings.deadline_s, open_files=open_files, rec=rec)
+            rec["detail"] = ("clean" if not blockers else f"{len(blockers)} blocker(s)") + rec.get("detail", "")
             report.problems[:0] = [_stuck_problem(t, checking) for t in report.stuck]
             report.problems += blockers
             if checking and not blockers:
@@ -226,17 +226,22 @@ class _Nvml:
 
 
 def _end_owned_holders(step: _Steps, report: HandoffReport, backend: GpuBackend | None, gpus: list[int] | None,
-                       ownership: Ownership, settings: Handoff) -> None:
+                       ownership: Ownership, settings: Handoff) -> dict[str, set[int]] | None:
+    """End the owned holders; returns this step's /proc pass when it ended none (the verify step may
+    reuse it: nothing of ours has changed since), else None."""
     with step("owned GPU holders") as rec:
         if backend is None:  # GPUs not checked
-            return
+            return None
         try:
-            holders = find_holders(_snapshot(backend, gpus), settings.dev_dir, ownership, gpus)
+            states = _snapshot(backend, gpus)
+            open_files = device_file_holders(states, settings.dev_dir, gpus)
+            holders = find_holders(states, settings.dev_dir, ownership, gpus, open_files=open_files)
             ended = _ended(report, _end_owned(holders.values(), settings.grace_s, _stuck_pids(report)))
             report.ended += ended
             rec["detail"] = f"{len(holders)} holder(s), {len(ended)} owned ended"
+            return None if ended else open_files
         except PipelineError:
-            pass  # the verification loop reports NVML errors
+            return None  # the verification loop reports NVML errors
 
 
 def _purge(step: _Steps, report: HandoffReport, run_dir: Path, settings: Handoff) -> None:
@@ -316,18 +321,28 @@ def _stuck_problem(t: dict, checking: bool) -> str:
 
 
 def _verify(report: HandoffReport, settings: Handoff, backend: GpuBackend | None, gpus: list[int],
-            ports: list[int], ownership: Ownership, deadline: float) -> list[str]:
+            ports: list[int], ownership: Ownership, deadline: float,
+            open_files: dict[str, set[int]] | None = None, rec: dict | None = None) -> list[str]:
     """Poll until the GPUs and ports are proven free, or the deadline passes. Owned stragglers
     found on the way are ended. A foreign holder, or a process that survived SIGKILL, that stays
-    for a whole grace period ends the wait early: nothing this handoff may do will make it go."""
+    for a whole grace period ends the wait early: nothing this handoff may do will make it go.
+
+    `open_files`: the holders step's /proc pass for device files, taken after every owned process was
+    stopped and when it found none left to end. When NVML reads every GPU released at the first look,
+    the first check reuses it (its PIDs that exited since dropped) instead of a pass of its own: NVML
+    and the ports are read anew, and no process of ours can have opened a GPU since."""
     done: set[int] = {e["pid"] for e in report.ended}
     first_seen: dict[int, float] = {}
     # The services were stopped a moment ago and the driver frees their memory 0.04-0.1 s after they
     # exit: a full check now would only see that memory and cost a whole /proc scan more. A holder that
     # is still there after one poll interval gets the full check (and its ending or naming) then.
+    released = False
     if backend is not None and gpus:
-        _await_release(backend, gpus, settings.used_mib_threshold,
-                       min(time.monotonic() + settings.poll_interval_s, deadline))
+        released = _await_release(backend, gpus, settings.used_mib_threshold,
+                                  min(time.monotonic() + settings.poll_interval_s, deadline))
+    reuse = open_files if released else None
+    if reuse is not None and rec is not None:
+        rec["detail"] = "; device files from the holders step's /proc pass (GPUs released at the first look)"
     while True:
         now = time.monotonic()
         states: list[GpuState] = []
@@ -338,7 +353,8 @@ def _verify(report: HandoffReport, settings: Handoff, backend: GpuBackend | None
             except PipelineError as e:
                 report.gpu_check = f"failed: NVML error: {e}"
                 return [report.gpu_check]
-            holders = find_holders(every, settings.dev_dir, ownership, gpus)
+            holders = find_holders(every, settings.dev_dir, ownership, gpus, open_files=reuse)
+            reuse = None  # later checks make their own pass
             states = [s for s in every if s.index in gpus]
         listeners = port_holders(ports, ownership)
         owned = [(h.pid, h.start_ticks, h.cmd, h.why) for h in holders.values() if h.cls == "owned"]
@@ -369,22 +385,25 @@ def _verify(report: HandoffReport, settings: Handoff, backend: GpuBackend | None
         _await_release(backend, gpus, settings.used_mib_threshold, min(now + settings.poll_interval_s, deadline))
 
 
-def _await_release(backend: GpuBackend | None, gpus: list[int], threshold_mib: float, until: float) -> None:
+def _await_release(backend: GpuBackend | None, gpus: list[int], threshold_mib: float, until: float) -> bool:
     """Wait until `until`, or less: until NVML alone reads every GPU at or under the threshold with no
-    process on it. The full proof (NVML, the /proc scan of holders, the ports) then runs at once, not a
-    poll interval after the driver freed the memory (it frees a context 0.04-0.1 s after its process
-    is gone); a proof is only ever what that full check sees."""
+    process on it. The full proof (NVML and the ports read anew, device-file holders from a /proc pass
+    made after every owned process was stopped) then runs at once, not a poll interval after the driver
+    freed the memory (it frees a context 0.04-0.1 s after its process is gone); a proof is only ever
+    what that full check sees, never this cheap read alone. Returns whether NVML read them released."""
     if backend is None or not gpus:  # nothing to read cheaply: the ports are part of the full check
         time.sleep(max(0.0, until - time.monotonic()))
-        return
-    while (now := time.monotonic()) < until:
-        time.sleep(min(RELEASE_POLL_S, until - now))
+        return False
+    while True:
         try:
             states = backend.snapshot(gpus)
         except PipelineError:
-            return  # the full check reports it
+            return False  # the full check reports it
         if all(s.used_mib <= threshold_mib and not s.processes for s in states):
-            return
+            return True
+        if (now := time.monotonic()) >= until:
+            return False
+        time.sleep(min(RELEASE_POLL_S, until - now))
 
 
 def _blockers(states: list[GpuState], holders: dict[int, Holder], listeners: list[dict],

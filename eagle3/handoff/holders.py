@@ -122,8 +122,17 @@ def device_paths(states: list[GpuState], dev_dir: Path) -> dict[str, int]:
     return paths
 
 
+def device_file_holders(states: list[GpuState], dev_dir: Path, gpus: Iterable[int] | None = None) -> dict[str, set[int]]:
+    """The /proc pass of find_holders: device-file path -> live PIDs that have it open or mapped."""
+    wanted = set(gpus) if gpus is not None else {s.index for s in states}
+    paths = device_paths([s for s in states if s.index in wanted], dev_dir)
+    if not paths:
+        return {}
+    return procfs.all_open_paths(lambda p: p in paths, needle=os.path.commonpath(list(paths)))
+
+
 def find_holders(states: list[GpuState], dev_dir: Path, ownership: Ownership,
-                 gpus: Iterable[int] | None = None) -> dict[int, Holder]:
+                 gpus: Iterable[int] | None = None, open_files: dict[str, set[int]] | None = None) -> dict[int, Holder]:
     """Every live process that holds one of `gpus` (default: all in `states`).
 
     `states` should cover every GPU NVML sees: NVML's process lists are the per-GPU truth, and a
@@ -134,7 +143,10 @@ def find_holders(states: list[GpuState], dev_dir: Path, ownership: Ownership,
     process whose PID NVML reports from another PID namespace. Such a holder, neither owned nor
     protected, is an observer (measured on an H200: `nvidia-smi dmon` and a process that only
     called nvmlInit both hold /dev/nvidia0 with no context); the handoff still fails closed on the
-    GPU's memory."""
+    GPU's memory.
+
+    `open_files`: a /proc pass (device_file_holders) taken moments before, reused instead of a new one;
+    its PIDs that have exited since are dropped."""
     wanted = set(gpus) if gpus is not None else {s.index for s in states}
     holders: dict[int, Holder] = {}
     listed: dict[int, set[int]] = {}  # pid -> GPUs NVML lists it on, across all GPUs
@@ -156,9 +168,15 @@ def find_holders(states: list[GpuState], dev_dir: Path, ownership: Ownership,
             if p.used_mib is not None:
                 h.used_mib = (h.used_mib or 0) + p.used_mib
     paths = device_paths([s for s in states if s.index in wanted], dev_dir)
+    if open_files is None:
+        open_files = device_file_holders(states, dev_dir, wanted)
+    else:
+        open_files = {path: {p for p in pids if (info := procfs.read_stat(p)) is not None and not info.zombie}
+                      for path, pids in open_files.items()}
     if paths:
-        needle = os.path.commonpath(list(paths))
-        for path, pids in procfs.all_open_paths(lambda p: p in paths, needle=needle).items():
+        for path, pids in open_files.items():
+            if path not in paths:
+                continue
             for pid in pids:
                 gpu = paths[path]
                 if pid in listed and gpu not in listed[pid]:

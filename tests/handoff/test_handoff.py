@@ -250,23 +250,47 @@ def test_the_proof_runs_as_soon_as_nvml_reads_the_memory_freed_not_a_poll_interv
     assert [g["used_mib"] for g in report.gpus] == [0, 0] and report.holders == []
 
 
-def test_the_verify_step_scans_proc_once_after_the_release_not_before_it(env, monkeypatch):
-    """A /proc scan for holders costs more than the release it would wait on (~0.02 s on the H200's
-    16 cores): while the stopped service's memory is still being freed, the verify step only polls
-    NVML, and the full proof runs once, after the release."""
+def test_one_proc_pass_for_device_files_when_the_gpus_are_released_at_the_first_look(env, monkeypatch):
+    """A /proc pass for device-file holders costs about what the release it would wait on does (~0.02 s
+    on the H200's 16 cores). The holders step makes one after the service is stopped; the verify step
+    waits for NVML to read the memory freed and then proves it with NVML and the ports read anew and that
+    pass: one pass in all, none while the memory was still being freed."""
     import eagle3.handoff.core as core
-    scans = []
-    real = core.find_holders
-    monkeypatch.setattr(core, "find_holders", lambda *a, **kw: scans.append(time.monotonic()) or real(*a, **kw))
+    import eagle3.handoff.holders as holders
+    passes = []
+    real = holders.device_file_holders
+
+    def counted(*a, **kw):
+        passes.append(time.monotonic())
+        return real(*a, **kw)
+
+    monkeypatch.setattr(holders, "device_file_holders", counted)  # find_holders' own pass
+    monkeypatch.setattr(core, "device_file_holders", counted)  # the holders step's
     env.gpus.linger_s = 0.3
     proc = env.launch(HOLD, env.gpus.device(0))
     assert env.gpus.snapshot([0])[0].used_mib == 512
     report = env.handoff(poll_interval_s=3.0, deadline_s=10)
     assert report.ok and gone(proc.pid), report.problems
-    # One scan in the "owned GPU holders" step, one in the verify step's proof: none in between.
-    assert len(scans) == 2, [round(t - scans[0], 3) for t in scans]
+    assert len(passes) == 1, passes
     verify = next(s for s in report.steps if s["name"] == "verify")
     assert verify["seconds"] < 1.5 and report.gpus[0]["used_mib"] == 0
+    assert "holders step's /proc pass" in verify["detail"] and verify["detail"].startswith("clean")
+
+
+def test_the_reused_proc_pass_drops_processes_that_exited_since(env, spawner):
+    """An observer (a device file open, no context) in the holders step's pass that exits before the
+    proof is not named as a holder, nor taken for a process of another PID namespace."""
+    from eagle3.handoff.holders import Ownership, device_file_holders, find_holders
+
+    watcher = spawner.start(HOLD, env.gpus.device(1))
+    env.gpus.contexts[watcher.pid] = set()  # an NVML reader: the device file, no context
+    states = env.gpus.snapshot(None)
+    passed = device_file_holders(states, env.dev, [0, 1])
+    assert any(watcher.pid in pids for pids in passed.values())
+    watcher.kill()
+    watcher.wait()
+    holders = find_holders(env.gpus.snapshot(None), env.dev, Ownership.build(None, [], []), [0, 1], open_files=passed)
+    assert watcher.pid not in holders, holders
 
 
 def test_a_holder_that_outlasts_the_first_wait_still_gets_the_full_check(env, spawner):
