@@ -86,7 +86,7 @@ if os.environ.get("EAGLE3_STACKS_FILE"):
         with open(path, "a") as fh:
             while True:
                 time.sleep(every)
-                out = [f"Timeout ({every} s)!"]
+                out = [f"Sample (every {every} s)"]
                 for tid, frame in sys._current_frames().items():
                     if tid == me:
                         continue
@@ -101,17 +101,18 @@ if os.environ.get("EAGLE3_STACKS_FILE"):
 
 
 def stack_summary(text: str, top: int = 12) -> dict:
-    """faulthandler dumps -> how many there were and the innermost frames of every thread, most seen first."""
+    """The sampler's dumps -> how many there were, the innermost frame of every thread and the main
+    thread's innermost three, most seen first."""
     counts: dict[str, int] = defaultdict(int)
     main_counts: dict[str, int] = defaultdict(int)  # the main thread's innermost 3 frames: what it waits in
     dumps, innermost_next, main_frames = 0, False, None
-    for line in text.splitlines() + ["Timeout (end)"]:
-        if line.startswith(("Timeout (", "Thread 0x", "MainThread 0x")):
+    for line in text.splitlines() + ["Sample (end)"]:
+        if line.startswith(("Sample (", "Thread 0x", "MainThread 0x")):
             if main_frames:
                 main_counts[" <- ".join(main_frames[:3])] += 1
             main_frames = [] if line.startswith("MainThread") else None
-            dumps += line.startswith("Timeout (") and line != "Timeout (end)"
-            innermost_next = not line.startswith("Timeout (")
+            dumps += line.startswith("Sample (") and line != "Sample (end)"
+            innermost_next = not line.startswith("Sample (")
         elif line.strip().startswith("File "):
             if innermost_next:
                 counts[line.strip()] += 1
@@ -147,11 +148,14 @@ def prefect_server_start(run_dir: Path, stacks_every: float | None = None) -> di
         proc.stop()
     finally:
         for k, v in saved.items():
-            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     out = {"seconds": round(ready, 3)}
     if stacks_every:
         text = stacks.read_text(errors="replace") if stacks.exists() else ""
-        last = text[text.rfind("Timeout ("):] if "Timeout (" in text else ""
+        last = text[text.rfind("Sample ("):] if "Sample (" in text else ""
         out["stacks"] = {**stack_summary(text), "every_s": stacks_every, "last_dump": last[:12000]}
     return out
 

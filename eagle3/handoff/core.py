@@ -141,9 +141,12 @@ def run_handoff(run_dir: Path, settings: Handoff, gpus: list[int] | None, ports:
             # The wait for release counts from here, not from the handoff's start: a service's own stop
             # grace (spent above) may be longer than the whole deadline, and memory is freed only
             # after its last process is gone.
-            blockers = _verify(report, settings, nvml.backend if checking else None, gpus or [], ports, ownership,
-                               deadline=time.monotonic() + settings.deadline_s, open_files=open_files, rec=rec)
-            rec["detail"] = ("clean" if not blockers else f"{len(blockers)} blocker(s)") + rec.get("detail", "")
+            blockers, reused = _verify(report, settings, nvml.backend if checking else None, gpus or [], ports,
+                                       ownership, deadline=time.monotonic() + settings.deadline_s,
+                                       open_files=open_files)
+            rec["detail"] = "clean" if not blockers else f"{len(blockers)} blocker(s)"
+            if reused:
+                rec["detail"] += "; device files from the holders step's /proc pass (GPUs released at the first look)"
             report.problems[:0] = [_stuck_problem(t, checking) for t in report.stuck]
             report.problems += blockers
             if checking and not blockers:
@@ -322,7 +325,7 @@ def _stuck_problem(t: dict, checking: bool) -> str:
 
 def _verify(report: HandoffReport, settings: Handoff, backend: GpuBackend | None, gpus: list[int],
             ports: list[int], ownership: Ownership, deadline: float,
-            open_files: dict[str, set[int]] | None = None, rec: dict | None = None) -> list[str]:
+            open_files: dict[str, set[int]] | None = None) -> tuple[list[str], bool]:
     """Poll until the GPUs and ports are proven free, or the deadline passes. Owned stragglers
     found on the way are ended. A foreign holder, or a process that survived SIGKILL, that stays
     for a whole grace period ends the wait early: nothing this handoff may do will make it go.
@@ -330,7 +333,8 @@ def _verify(report: HandoffReport, settings: Handoff, backend: GpuBackend | None
     `open_files`: the holders step's /proc pass for device files, taken after every owned process was
     stopped and when it found none left to end. When NVML reads every GPU released at the first look,
     the first check reuses it (its PIDs that exited since dropped) instead of a pass of its own: NVML
-    and the ports are read anew, and no process of ours can have opened a GPU since."""
+    and the ports are read anew, and no process of ours can have opened a GPU since.
+    Returns the blockers, and whether that pass was reused."""
     done: set[int] = {e["pid"] for e in report.ended}
     first_seen: dict[int, float] = {}
     # The services were stopped a moment ago and the driver frees their memory 0.04-0.1 s after they
@@ -341,8 +345,7 @@ def _verify(report: HandoffReport, settings: Handoff, backend: GpuBackend | None
         released = _await_release(backend, gpus, settings.used_mib_threshold,
                                   min(time.monotonic() + settings.poll_interval_s, deadline))
     reuse = open_files if released else None
-    if reuse is not None and rec is not None:
-        rec["detail"] = "; device files from the holders step's /proc pass (GPUs released at the first look)"
+    reused = reuse is not None
     while True:
         now = time.monotonic()
         states: list[GpuState] = []
@@ -352,7 +355,7 @@ def _verify(report: HandoffReport, settings: Handoff, backend: GpuBackend | None
                 every = _snapshot(backend, gpus)
             except PipelineError as e:
                 report.gpu_check = f"failed: NVML error: {e}"
-                return [report.gpu_check]
+                return [report.gpu_check], reused
             holders = find_holders(every, settings.dev_dir, ownership, gpus, open_files=reuse)
             reuse = None  # later checks make their own pass
             states = [s for s in every if s.index in gpus]
@@ -374,14 +377,14 @@ def _verify(report: HandoffReport, settings: Handoff, backend: GpuBackend | None
             if t["pid"] in holders:
                 t["gpus"], t["used_mib"] = sorted(holders[t["pid"]].gpus), holders[t["pid"]].used_mib
         if not blockers:
-            return []
+            return [], reused
         # Nothing this handoff may do will make these go: a foreign holder, or one that survived SIGKILL.
         immovable = [h.pid for h in holders.values() if h.cls == "foreign"] + list(_stuck_pids(report))
         immovable += [p["pid"] for p in listeners if p["class"] == "foreign"]
         for pid in immovable:
             first_seen.setdefault(pid, now)
         if any(now - first_seen[pid] >= settings.grace_s for pid in immovable) or now >= deadline:
-            return blockers
+            return blockers, reused
         _await_release(backend, gpus, settings.used_mib_threshold, min(now + settings.poll_interval_s, deadline))
 
 

@@ -122,13 +122,16 @@ def device_paths(states: list[GpuState], dev_dir: Path) -> dict[str, int]:
     return paths
 
 
-def device_file_holders(states: list[GpuState], dev_dir: Path, gpus: Iterable[int] | None = None) -> dict[str, set[int]]:
-    """The /proc pass of find_holders: device-file path -> live PIDs that have it open or mapped."""
-    wanted = set(gpus) if gpus is not None else {s.index for s in states}
-    paths = device_paths([s for s in states if s.index in wanted], dev_dir)
+def _open_device_files(paths: dict[str, int]) -> dict[str, set[int]]:
     if not paths:
         return {}
     return procfs.all_open_paths(lambda p: p in paths, needle=os.path.commonpath(list(paths)))
+
+
+def device_file_holders(states: list[GpuState], dev_dir: Path, gpus: Iterable[int] | None = None) -> dict[str, set[int]]:
+    """The /proc pass of find_holders: device-file path -> live PIDs that have it open or mapped."""
+    wanted = set(gpus) if gpus is not None else {s.index for s in states}
+    return _open_device_files(device_paths([s for s in states if s.index in wanted], dev_dir))
 
 
 def find_holders(states: list[GpuState], dev_dir: Path, ownership: Ownership,
@@ -169,7 +172,7 @@ def find_holders(states: list[GpuState], dev_dir: Path, ownership: Ownership,
                 h.used_mib = (h.used_mib or 0) + p.used_mib
     paths = device_paths([s for s in states if s.index in wanted], dev_dir)
     if open_files is None:
-        open_files = device_file_holders(states, dev_dir, wanted)
+        open_files = _open_device_files(paths)
     else:
         open_files = {path: {p for p in pids if (info := procfs.read_stat(p)) is not None and not info.zombie}
                       for path, pids in open_files.items()}

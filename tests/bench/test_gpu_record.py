@@ -104,8 +104,7 @@ def test_a_side_by_side_round_counts_every_server_it_started(tmp_path):
     started side by side, each logging to a file of its own): rebuilt from its committed run files,
     every server start is there with what vLLM said it spent, and the target loads are all six."""
     raw = RESULTS / "smollm2-h200-20261205-run6"
-    runs, summary = _rebuild_real(raw, tmp_path)
-    made = summary
+    _, made = _rebuild_real(raw, tmp_path)
     names = [s["name"] for s in made["server_starts"]]
     assert names == ["datagen-vllm-server", "extract-vllm-server", "bench-vllm-server-baseline",
                      "bench-vllm-server-k3", "bench-vllm-server-k5", "bench-vllm-server-baseline-twin"]
