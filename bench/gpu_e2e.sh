@@ -19,6 +19,8 @@
 #   bash bench/gpu_e2e.sh RESULTS drafter-out  # the real run's drafter, less its embed_tokens copy, in pieces
 #   bash bench/gpu_e2e.sh RESULTS session    # one device session in one background step: real (with the noise
 #                                            # sampler beside it), a rerun, the handoff bench, the drafter (as time allows)
+#   bash bench/gpu_e2e.sh RESULTS data-session  # issue 36's data lever: the real profile on 12,288 prompts
+#                                            # for 4 epochs (DATA_SAMPLES, DATA_EPOCHS), its drafter brought back
 #   KS="1 2 4 5" bash bench/gpu_e2e.sh RESULTS ksweep  # a drafter at more k, all at once beside the baseline
 #                                            # and its twin (CONC, default 1; WINDOWS, default 3): each k's step cost
 #   DRAFTER_PIECES=... bash bench/gpu_e2e.sh RESULTS sweep-session  # bench only, for a drafter already trained:
@@ -178,6 +180,7 @@ record() {
     --run real="$REPO/runs/h200-smollm2" --config real="$REPO/configs/h200-smollm2.yaml" \
     --run ksweep="$REPO/runs/h200-smollm2-ksweep" --config ksweep="$REPO/configs/.h200-smollm2-ksweep.yaml" \
     --run real-x2="$REPO/runs/h200x2-smollm2" --config real-x2="$REPO/configs/.h200x2-smollm2.yaml" \
+    $(for d in "$REPO"/runs/h200-smollm2-data*; do [ -d "$d" ] && n=${d##*/} && printf -- '--run %s=%s --config %s=%s ' "$n" "$d" "$n" "$REPO/configs/.$n.yaml"; done) \
     --run offline="$REPO/runs/h200-tiny" --run online="$REPO/runs/h200-tiny-online" \
     --config offline="$REPO/configs/h200-tiny.yaml" --config online="$REPO/configs/h200-tiny-online.yaml"
   run_files
@@ -201,18 +204,9 @@ case "$STEP" in
     # free. A config derived from the real profile (same dir, so its relative paths hold), run dir of its own.
     n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU') || n=0
     [ "$n" -ge 2 ] || { echo "real-x2 needs 2 or more GPUs, this machine has $n" >&2; exit 1; }
-    PYTHONPATH="$PACK_PATH" python3 - "$REPO" "$n" <<'PY' || exit 1
-import sys
-from pathlib import Path
-import yaml
-from eagle3.safe_yaml import load as load_yaml
-repo, n = Path(sys.argv[1]), int(sys.argv[2])
-raw = load_yaml((repo / "configs/h200-smollm2.yaml").read_text(), "configs/h200-smollm2.yaml")
-raw.update(name="h200x2-smollm2", run_dir="../runs/h200x2-smollm2", gpus=list(range(n)))
-raw["target"]["data_parallel_size"] = n
-(repo / "configs/.h200x2-smollm2.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
-print(f"real-x2: {n} GPUs, {n} copies of the target per server, {n} training ranks")
-PY
+    PYTHONPATH="$PACK_PATH" python3 "$REPO/bench/derive_profile.py" "$REPO/configs/h200-smollm2.yaml" h200x2-smollm2 \
+      --set "gpus=[$(seq -s, 0 $((n - 1)))]" --set target.data_parallel_size="$n" > /dev/null || exit 1
+    echo "real-x2: $n GPUs, $n copies of the target per server, $n training ranks"
     run_config "$REPO/configs/.h200x2-smollm2.yaml" "$RESULTS/run-real-x2.log"; rc=$? ;;
   offline) run_config "$REPO/configs/h200-tiny.yaml" "$RESULTS/run-offline.log"; rc=$? ;;
   online)
@@ -287,14 +281,32 @@ PY
     # The trained drafter first: on 2026-12-05 the machine was lost during the handoff bench, and with it
     # the drafter that only this step brings back.
     bash "$0" "$RESULTS" drafter-out > "$RESULTS/drafter-out.log" 2>&1
+    # Where the run's Prefect server spends its 37-40 s there, before the rerun that waits on it: the probe
+    # ran last on 2026-12-05 and the machine was lost before it.
+    [ "$(left)" -gt 200 ] && startup_probe
     # A rerun of the same config (issue 39: time from `eagle3 run` to its first phase on a rerun): every
     # finished phase is skipped, and a failed benchmark reuses its finished servers (no server starts).
     if [ "$(left)" -gt 110 ]; then
       BUDGET_S=90 run_config "$REPO/configs/h200-smollm2.yaml" "$RESULTS/run-rerun.log"
     fi
     [ "$(left)" -gt 90 ] && handoff_bench
-    [ "$(left)" -gt 60 ] && startup_probe  # where the run's Prefect server spends its 37-40 s there
+    [ -s "$RESULTS/startup-probe.json" ] || { [ "$(left)" -gt 60 ] && startup_probe; }
     event "\"ended\": true, \"rc\": $rc"
+    ;;
+  data-session)
+    # Issue 36's data lever in one device session: the real profile on 3x its prompts (12,288 of the 16k
+    # set's train split) for 4 epochs, about as many training steps as run6's 4,096 x 10, so the held-out
+    # acceptance against run6's says what more (distinct) data alone buys. The drafter comes back first,
+    # then the startup probe (where the run's Prefect server spends its 37-40 s there), as time allows.
+    # DATA_SAMPLES / DATA_EPOCHS change the lever; the run dir is named after them.
+    data="h200-smollm2-data$(( ${DATA_SAMPLES:-12288} / 1024 ))k-e${DATA_EPOCHS:-4}"
+    PYTHONPATH="$PACK_PATH" python3 "$REPO/bench/derive_profile.py" "$REPO/configs/h200-smollm2.yaml" "$data" \
+      --set datagen.max_samples="${DATA_SAMPLES:-12288}" --set train.epochs="${DATA_EPOCHS:-4}" \
+      --set bench.windows=3 --set bench.max_windows=3 > /dev/null || exit 1
+    sampled "$REPO/runs/$data" run_config "$REPO/configs/.$data.yaml" "$RESULTS/run-data.log"; rc=$?
+    DRAFTER_RUN="$REPO/runs/$data" bash "$0" "$RESULTS" drafter-out > "$RESULTS/drafter-out.log" 2>&1
+    [ "$(left)" -gt 90 ] && startup_probe
+    event "\"ended\": true, \"rc\": $rc, \"run\": \"$data\""
     ;;
   sweep-session)
     # A bench-only session for a drafter already trained (DRAFTER or DRAFTER_PIECES + DRAFTER_CONFIG, as
@@ -311,10 +323,10 @@ PY
     [ "$(left)" -gt 60 ] && startup_probe
     event "\"ended\": true, \"rc\": $rc"
     ;;
-  drafter-out)  # the real run's trained drafter, small enough to come back: without embed_tokens (vLLM shares
+  drafter-out)  # the real run's (or DRAFTER_RUN's) trained drafter, small enough to come back: without embed_tokens (vLLM shares
     # the target's; speculators saves a frozen copy of it), in pieces of 15 MiB, into RESULTS/drafter/
     mkdir -p "$RESULTS/drafter"
-    PYTHONPATH="$SITE/engine" python3 - "$REPO/runs/h200-smollm2" "$RESULTS/drafter" <<'PY' || exit 1
+    PYTHONPATH="$SITE/engine" python3 - "${DRAFTER_RUN:-$REPO/runs/h200-smollm2}" "$RESULTS/drafter" <<'PY' || exit 1
 import json, shutil, sys
 from pathlib import Path
 from safetensors.torch import load_file, save_file

@@ -22,7 +22,7 @@ SMOKED = {"datagen_vs_vllm_bench.py", "datagen_client_split.py", "handoff_bench.
           "parity_probe.py", "record_bench_history.py", "gpu_e2e_record.py",  # gpu_e2e_record: tests/bench/test_gpu_record.py
           "fanout_bench.py", "first_phase_bench.py", "one_server_probe.py", "noise_sampler.py",
           "startup_probe.py", "modelinfo_share_bench.py", "side_by_side_bench.py", "drafter_acceptance.py",
-          "draft_vocab_coverage.py"}  # fanout_bench: tests/flows/test_fanout.py, on that test's two nodes
+          "draft_vocab_coverage.py", "derive_profile.py"}  # derive_profile: tests/bench/test_derive_profile.py; fanout_bench: tests/flows/test_fanout.py, on that test's two nodes
 SHELL = {"gpu_carry.sh", "gpu_e2e.sh", "gpu_pack_deps.sh", "gpu_sglang.sh", "gpu_sglang_deps.sh", "gpu_wait.sh",
          "run_on_gpu.sh"}
 engine = [pytest.mark.slow, pytest.mark.engine]
