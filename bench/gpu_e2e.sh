@@ -281,8 +281,9 @@ PY
     # The trained drafter first: on 2026-12-05 the machine was lost during the handoff bench, and with it
     # the drafter that only this step brings back.
     bash "$0" "$RESULTS" drafter-out > "$RESULTS/drafter-out.log" 2>&1
-    # Where the run's Prefect server spends its 37-40 s there, before the rerun that waits on it: the probe
-    # ran last on 2026-12-05 and the machine was lost before it.
+    # The run's Prefect server's own start and the engines' imports, timed apart (run6's CPU samples put the
+    # server at ~5 s; the 37-41 s once put down to it were the engine probes): the probe ran last on
+    # 2026-12-05 and the machine was lost before it.
     [ "$(left)" -gt 200 ] && startup_probe
     # A rerun of the same config (issue 39: time from `eagle3 run` to its first phase on a rerun): every
     # finished phase is skipped, and a failed benchmark reuses its finished servers (no server starts).
@@ -297,7 +298,7 @@ PY
     # Issue 36's data lever in one device session: the real profile on 3x its prompts (12,288 of the 16k
     # set's train split) for 4 epochs, about as many training steps as run6's 4,096 x 10, so the held-out
     # acceptance against run6's says what more (distinct) data alone buys. The drafter comes back first,
-    # then the startup probe (where the run's Prefect server spends its 37-40 s there), as time allows.
+    # then the startup probe (the Prefect server's own start and the engines' imports), as time allows.
     # DATA_SAMPLES / DATA_EPOCHS change the lever; the run dir is named after them.
     data="h200-smollm2-data$(( ${DATA_SAMPLES:-12288} / 1024 ))k-e${DATA_EPOCHS:-4}"
     PYTHONPATH="$PACK_PATH" python3 "$REPO/bench/derive_profile.py" "$REPO/configs/h200-smollm2.yaml" "$data" \

@@ -1,7 +1,8 @@
 """Where the time before a phase and a server's first log line goes: Python imports, timed on this machine.
 
-On the H200 machine the run's Prefect server took 37-52 s to answer (about 9 s on the 2-core CPU box) and
-each vLLM start spent 45-52 s outside vLLM's engine init, mostly before the API server's first log line.
+On the H200 machine `eagle3 run` waited 37-52 s before its first phase (about 9 s on the 2-core CPU box;
+the engine probes, it turned out, not the Prefect server) and each vLLM start spent 45-52 s outside vLLM's
+engine init, mostly before the API server's first log line.
 This times the pieces in fresh processes, each twice (the second with the page cache warm), beside a
 fixed pure-Python loop that says how fast one core of this machine is:
 
@@ -16,7 +17,8 @@ Every import is run with `-X importtime`; the JSON keeps the seconds and, per im
 packages that took longest (cumulative) and the ten slowest modules by their own time. While the Prefect
 server starts, it writes its threads' stacks every `--stacks-every` seconds (a sampling thread, loaded through a
 sitecustomize of the probe's own): the JSON keeps the innermost frames, most seen first, so a start that
-waits (37-40 s on the H200 machine, with the database migrated) says on what.
+waits says on what. (The 37-41 s before the first phase on the H200 machine, once put down to the
+server, were the engine probes waited on after it: bench/RESULTS.md, 2026-12-05.)
 
     python bench/startup_probe.py --engine-python .gpu-engine/bin/python --out startup-probe.json
     python bench/startup_probe.py --smoke     # CI: `pass` and the loop only; measures nothing

@@ -274,3 +274,43 @@ def test_tensor_parallel_one_needs_no_check_and_unknown_heads_only_warn(make_con
     c = check_tensor_parallel(make_config({"target": {"model": str(target), "tensor_parallel_size": 2}, "gpus": [0, 1]},
                                           run_dir=tmp_path / "b"))
     assert c.status == WARN and "num_attention_heads" in c.reason
+
+
+def test_the_warm_up_asks_each_engine_probe_at_once_and_the_preflight_then_asks_nothing(make_config, tmp_path,
+                                                                                        monkeypatch):
+    """Issue 39: on the H200 machine the preflight's probes (each an engine interpreter importing its
+    engine, 17-21 s there) ran one after another while the run's Prefect server started, and held the
+    first phase ~40 s. The warm-up now runs each group of checks that shares a probe in a thread of its
+    own: every probe's interpreter is alive at the same moment. The interpreter here is a wrapper that
+    records when each probe ran and then runs the real engine interpreter (the probes' answers are real)."""
+
+    from eagle3.doctor import engine_check_groups, warm_engine_probes
+    from tests.conftest import ENGINE_PYTHON, engine_available
+
+    if not engine_available():
+        pytest.skip("engine venv missing: run `make engine-env`")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # no answer of an earlier test's
+    spans = tmp_path / "spans"
+    wrapper = tmp_path / "engine-bin" / "python"
+    wrapper.parent.mkdir()
+    # It stays up 2 s before the real interpreter runs, so probes that run one after another cannot overlap.
+    wrapper.write_text(f'#!/bin/sh\necho "start $$ $(date +%s.%N) $*" >> {spans}\nsleep 2\n'
+                       f'{ENGINE_PYTHON} "$@"; rc=$?\necho "end $$ $(date +%s.%N)" >> {spans}\nexit $rc\n')
+    wrapper.chmod(0o755)
+    cfg = make_config({"engines": {"vllm": {"python": str(wrapper)}, "speculators": {"python": str(wrapper)}}},
+                      run_dir=tmp_path / "run")
+    groups = engine_check_groups(cfg, Supervisor(cfg.layout.state))
+    assert len(groups) >= 3  # vLLM's inspection, its load generator, the trainer's versions
+
+    warm_engine_probes(cfg).join()
+    lines = [line.split() for line in spans.read_text().splitlines()]
+    starts = {pid: float(t) for kind, pid, t, *_ in lines if kind == "start"}
+    ends = {pid: float(t) for kind, pid, t, *_ in lines if kind == "end"}
+    assert len(starts) == len(groups) and set(ends) == set(starts), lines  # one probe per group, each ended
+    assert max(starts.values()) < min(ends.values()), "every probe was running at one moment"
+
+    checks = run_doctor(cfg)  # the preflight: every engine answer from the cache, no interpreter started
+    assert len(spans.read_text().splitlines()) == 2 * len(groups)
+    engine_names = {"engine-env:vllm", "target-support:vllm", "load-generator:vllm", "trainer-kernels"}
+    assert {c.name for c in checks if c.name in engine_names} == engine_names
+    assert all(c.status == PASS for c in checks if c.name in engine_names), [(c.name, c.reason) for c in checks]

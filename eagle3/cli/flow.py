@@ -5,13 +5,14 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Optional
 
 import typer
 from rich.markup import escape
 
-from .. import phase_table
+from .. import phase_table, progress
 from ..config.fanout import fanned_phases
 from ..errors import ConfigError
 from .app import app
@@ -68,7 +69,7 @@ def run(config: Path = ConfigArg,
                 warming = warm_engine_probes(cfg) if doctor else None
                 stack.enter_context(api_server(sup, cfg.layout.logs))
                 if warming is not None:
-                    warming.join()
+                    join_engine_probes(warming)
                 state = eagle3_pipeline(config_path=str(config.resolve()), only=only, from_=from_, force=list(force),
                                         doctor=doctor, return_state=True)
         except KeyboardInterrupt:
@@ -83,6 +84,16 @@ def run(config: Path = ConfigArg,
     if not state.is_completed():
         fail(ended_line(cfg, state.type.value, state.message or ""), code=1)
     print_outcome(cfg)
+
+
+def join_engine_probes(warming) -> None:
+    """Wait for the preflight's engine probes, saying so while they run (a cold one is an engine's whole
+    import: ~20 s on the H200 machine)."""
+    if warming.is_alive():
+        t0 = time.monotonic()
+        progress.waiting("run", "waiting for the engines' answers to the preflight's questions (their first imports)", 0)
+        warming.join()
+        progress.note("run", f"the engines answered after {time.monotonic() - t0:.1f} s more")
 
 
 def print_outcome(cfg) -> None:

@@ -18,12 +18,13 @@ import hashlib
 import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 from .. import owned
 from ..config import PipelineConfig
 from ..errors import CommandFailed, ConfigError
-from ..fsio import atomic_write_json, read_json
+from ..fsio import atomic_write_json, file_lock, read_json
 from ..process.services import LaunchSpec, Supervisor
 from . import compile_cache, engine_registry
 
@@ -37,42 +38,61 @@ def engine_probe(cfg: PipelineConfig, sup: Supervisor, engine: str, script: str,
     for the script's run only, not part of the answer's key (where it leaves files beside its answer)."""
     env = getattr(cfg.engines, engine)
     key_src = json.dumps([env.python_argv(), env.env, script, args,
-                          _mtime(env.python), (cfg.target.model / "config.json").read_text()], default=str)
+                          _interpreter_identity(env.python), (cfg.target.model / "config.json").read_text()],
+                         default=str)
     # An install into the engine's venv changes its site-packages, not its interpreter: part of the key
     # for the run dir's cache too, or a rerun after `pip install -U vllm` would read the old answer.
     site = _site_packages_stamp(env.python)
     key = hashlib.sha256((key_src + (site or "")).encode()).hexdigest()[:16]
-    cache_path = cfg.layout.doctor_cache
-    cache = read_json(cache_path, default={})
-    if key in cache:
-        return cache[key]
     user_key = hashlib.sha256((key_src + site).encode()).hexdigest()[:24] if site else None
-    user_cache = _user_cache() if user_key else None
-    if user_cache is not None and user_key in user_cache[1]:
-        cache[key] = user_cache[1][user_key]
-        atomic_write_json(cache_path, cache)
-        return cache[key]
-    if cached_only:
-        return None
+    if (cached := _cached(cfg, key, user_key)) is not None or cached_only:
+        return cached
     out = cfg.layout.doctor / f"{engine}-{Path(script).stem}.json"
     log = out.with_suffix(".log")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.unlink(missing_ok=True)
-    spec = LaunchSpec(name=f"doctor-{engine}", argv=[*env.python_argv(), str(ENGINE_SIDE / script), *args,
-                                                     "--out", str(out)],
-                      log=log, phase="doctor", env={**env.env, **(scratch_env or {})}, stop_grace_s=5,
-                      hang_timeout_s=300)
-    try:
-        sup.run(spec, timeout_s=600)
-    except CommandFailed:
-        pass  # the script writes its error into the JSON; a missing JSON is reported below
-    result = read_json(out, default=None) or {"error": f"probe wrote nothing; see {log}"}
-    if "error" not in result:
-        cache[key] = result
-        atomic_write_json(cache_path, cache)
-        if user_cache is not None:
-            atomic_write_json(user_cache[0], {**user_cache[1], user_key: result})
+    # One asker of a probe at a time (the preflight's warm-up asks the engines in parallel threads): a second
+    # asker of the same one waits, then reads the first one's answer instead of running it over its files.
+    with file_lock(out.with_suffix(".lock")):
+        if (cached := _cached(cfg, key, user_key)) is not None:
+            return cached
+        out.unlink(missing_ok=True)
+        spec = LaunchSpec(name=f"doctor-{engine}", argv=[*env.python_argv(), str(ENGINE_SIDE / script), *args,
+                                                         "--out", str(out)],
+                          log=log, phase="doctor", env={**env.env, **(scratch_env or {})}, stop_grace_s=5,
+                          hang_timeout_s=300)
+        try:
+            sup.run(spec, timeout_s=600)
+        except CommandFailed:
+            pass  # the script writes its error into the JSON; a missing JSON is reported below
+        result = read_json(out, default=None) or {"error": f"probe wrote nothing; see {log}"}
+        if "error" not in result:
+            _remember(cfg, key, user_key, result)
     return result
+
+
+def _cached(cfg: PipelineConfig, key: str, user_key: str | None) -> dict | None:
+    """The run dir's answer, else the user's (copied into the run dir's cache), else None."""
+    cache = read_json(cfg.layout.doctor_cache, default={})
+    if key in cache:
+        return cache[key]
+    user_cache = _user_cache() if user_key else None
+    if user_cache is not None and user_key in user_cache[1]:
+        _remember(cfg, key, None, user_cache[1][user_key])
+        return user_cache[1][user_key]
+    return None
+
+
+def _remember(cfg: PipelineConfig, key: str, user_key: str | None, answer: dict) -> None:
+    """Add one answer to the run dir's cache (and the user's): read, add and replace under the cache's
+    lock, so that answers written at once by parallel askers are all kept."""
+    cache_path = cfg.layout.doctor_cache
+    with file_lock(cache_path.with_suffix(".lock")):
+        atomic_write_json(cache_path, {**read_json(cache_path, default={}), key: answer})
+    if user_key is None or _user_cache() is None:  # the user's cache dir, made and proven the user's own first
+        return
+    with file_lock(_user_cache_dir() / "engine-probes.lock"):
+        if (user_cache := _user_cache()) is not None:
+            atomic_write_json(user_cache[0], {**user_cache[1], user_key: answer})
 
 
 def inspect_engine(cfg: PipelineConfig, sup: Supervisor, engine: str, cached_only: bool = False) -> dict | None:
@@ -88,9 +108,8 @@ def inspect_engine(cfg: PipelineConfig, sup: Supervisor, engine: str, cached_onl
         return engine_probe(cfg, sup, engine, *args)
     # What the probe can work out for the servers' starts (vLLM: its model-inspection answers) lands in the
     # run's scratch, then in the compile cache's directory for this engine version, which every start reads.
-    scratch = cfg.layout.doctor / f"{engine}-for-starts"
-    shutil.rmtree(scratch, ignore_errors=True)
-    owned.private_dir(scratch, "the probe's scratch")
+    owned.private_dir(cfg.layout.doctor, "the run's doctor directory")
+    scratch = Path(tempfile.mkdtemp(prefix=f"{engine}-for-starts-", dir=cfg.layout.doctor))  # 0700, this asker's own
     try:
         result = engine_probe(cfg, sup, engine, *args, scratch_env=adapter.probe_scratch_env(scratch))
         if isinstance(result.get("versions"), dict):
@@ -136,9 +155,13 @@ def _site_packages_stamp(python) -> str | None:
     return ";".join(f"{p}:{p.stat().st_mtime_ns}" for p in sites) or None
 
 
+def _user_cache_dir() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "eagle3"
+
+
 def _user_cache() -> tuple[Path, dict] | None:
     """(path, entries) of the user's probe cache, or None where it is not provably the user's own."""
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "eagle3"
+    base = _user_cache_dir()
     try:
         base.mkdir(parents=True, exist_ok=True, mode=0o700)
         owned.check_dir(base, "probe cache directory")
@@ -148,9 +171,21 @@ def _user_cache() -> tuple[Path, dict] | None:
     return (base / "engine-probes.json", data) if isinstance(data, dict) else None
 
 
-def _mtime(path) -> float | None:
+WRAPPER_MAX_BYTES = 64 * 1024
+
+
+def _interpreter_identity(path) -> str | float | None:
+    """What says the engine's interpreter changed: a `#!` wrapper script (e.g. bench/gpu_e2e.sh's, which put
+    an engine site dir on PYTHONPATH) by its content, so that writing the same wrapper again (every run does
+    there) keeps the answers; any other file by its mtime."""
+    if not path:
+        return None
     try:
-        return Path(path).stat().st_mtime if path else None
+        with open(path, "rb") as f:
+            head = f.read(WRAPPER_MAX_BYTES + 1)
+        if head.startswith(b"#!") and len(head) <= WRAPPER_MAX_BYTES:
+            return "sha256:" + hashlib.sha256(head).hexdigest()
+        return Path(path).stat().st_mtime
     except OSError:
         return None
 

@@ -85,6 +85,42 @@ def test_a_rerun_reuses_the_answer_until_the_venv_the_target_or_the_engine_env_c
     assert ask({"TOKENIZERS_PARALLELISM": "false"}) and not ask({"TOKENIZERS_PARALLELISM": "false"})
 
 
+def test_a_wrapper_interpreter_is_known_by_its_content_not_by_when_it_was_written(make_config, tmp_path,
+                                                                                   monkeypatch):
+    """bench/gpu_e2e.sh writes its engine wrappers (`#!/bin/sh`, the engine's site dir on PYTHONPATH, exec
+    python3) again before every run: keyed by the file's mtime, every rerun on the H200 asked the engines
+    again (run6's doctor logs: each probe launched twice). The same content keeps the answer; another
+    content (another site dir, another interpreter) asks again."""
+    import os
+    import sys
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    wrapper = tmp_path / "engine-bin" / "python"
+    wrapper.parent.mkdir()
+
+    def write(site: str) -> None:
+        wrapper.write_text(f'#!/bin/sh\nexport PYTHONPATH="{site}"\nexec {os.path.realpath(sys.executable)} "$@"\n')
+        wrapper.chmod(0o755)
+
+    def ask() -> bool:
+        cfg = make_config({"engines": {"speculators": {"python": str(wrapper)}}}, run_dir=tmp_path / "run",
+                          check_files=False)
+        log = cfg.layout.doctor / "speculators-engine_versions.log"
+        log.unlink(missing_ok=True)
+        answer = probe.engine_probe(cfg, Supervisor(cfg.layout.state), "speculators", "engine_versions.py")
+        assert "versions" in answer, answer
+        return log.exists()
+
+    write("/opt/site-a")
+    assert ask() and not ask()
+    mtime = wrapper.stat().st_mtime_ns
+    write("/opt/site-a")  # the same wrapper written again, later
+    os.utime(wrapper, ns=(mtime + 10**9, mtime + 10**9))
+    assert not ask(), "the same wrapper, written again, asks nothing"
+    write("/opt/site-b")
+    assert ask() and not ask(), "another wrapper asks again"
+
+
 def test_cached_only_answers_from_the_cache_and_never_runs_the_probe(make_config, tmp_path, monkeypatch):
     """A server start asks for the engine's versions (its compile cache key) this way: it must never wait
     on a probe, and it gets the preflight's answer once there is one."""
