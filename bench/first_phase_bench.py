@@ -1,10 +1,11 @@
 """Time before the first phase: what `eagle3 run` does before it (the run's Prefect server, the
-preflight doctor with its engine probes), one after the other as before, against the probes asked
-while the server starts (eagle3.doctor.warm_engine_probes, as `eagle3 run` does now), on a cold
-probe cache; then a rerun in the same run dir, whose probes are cached.
+preflight doctor with its engine probes), three ways on a cold probe cache: one after the other
+("serial"); the probes asked one by one while the server starts ("overlapped-one-by-one", 2026-12-04
+to 05); every probe at once while the server starts (eagle3.doctor.warm_engine_probes, as `eagle3 run`
+does now: "overlapped"); then a rerun in the same run dir, whose probes are cached.
 
-Each repetition uses a fresh run dir and an empty user probe cache (XDG_CACHE_HOME), alternating the
-order of the two cold variants.
+Each repetition uses a fresh run dir and an empty user probe cache (XDG_CACHE_HOME), rotating the
+order of the three cold variants.
 
     .venv/bin/python bench/first_phase_bench.py --reps 2 --out bench/results/first-phase-cpu-DATE.json
     .venv/bin/python bench/first_phase_bench.py --smoke     # CI: one rep, no engine probes, not a measurement
@@ -32,12 +33,16 @@ from flows.local_server import start_local_server  # noqa: E402
 from tests.conftest import write_tiny_config  # noqa: E402
 
 
-def one(root: Path, overlapped: bool, engines: bool, cfg=None) -> tuple[dict, object]:
+VARIANTS = ("serial", "overlapped-one-by-one", "overlapped")
+
+
+def one(root: Path, variant: str, engines: bool, cfg=None) -> tuple[dict, object]:
     """Seconds to the end of the preflight, from nothing started."""
     cfg = cfg or write_tiny_config(root, None)
     sup = Supervisor(cfg.layout.state)
     t0 = time.monotonic()
-    warming = warm_engine_probes(cfg) if overlapped and engines else None
+    overlapped = variant != "serial" and engines
+    warming = warm_engine_probes(cfg, at_once=variant == "overlapped") if overlapped else None
     server, _ = start_local_server(sup, cfg.layout.logs)
     t_server = time.monotonic() - t0
     try:
@@ -61,21 +66,21 @@ def main() -> int:
     reps, engines = (1, False) if args.smoke else (args.reps, True)
     rows = []
     for rep in range(reps):
-        order = (False, True) if rep % 2 == 0 else (True, False)
-        row = {"rep": rep + 1, "order": ["overlapped" if o else "serial" for o in order]}
-        for overlapped in order:
+        order = VARIANTS[rep % 3:] + VARIANTS[:rep % 3]
+        row = {"rep": rep + 1, "order": list(order)}
+        for variant in order:
             with tempfile.TemporaryDirectory(prefix="eagle3-first-phase-") as tmp:
                 os.environ["XDG_CACHE_HOME"] = str(Path(tmp) / "cache")  # a cold user probe cache
-                cold, cfg = one(Path(tmp), overlapped, engines)
-                row["overlapped" if overlapped else "serial"] = cold
-                if overlapped:
-                    row["rerun"], _ = one(Path(tmp), True, engines, cfg)  # same run dir: probes cached
+                row[variant], cfg = one(Path(tmp), variant, engines)
+                if variant == "overlapped":
+                    row["rerun"], _ = one(Path(tmp), variant, engines, cfg)  # same run dir: probes cached
         rows.append(row)
         print(json.dumps(row), flush=True)
-    med = {k: statistics.median(r[k]["to_first_phase_s"] for r in rows) for k in ("serial", "overlapped", "rerun")}
+    med = {k: statistics.median(r[k]["to_first_phase_s"] for r in rows) for k in (*VARIANTS, "rerun")}
     result = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "machine": f"{platform.node()} {os.cpu_count()} CPUs",
               "config": str(TINY_CONFIG), "reps": rows, "median_to_first_phase_s": med,
-              "overlapped_over_serial": round(med["overlapped"] / med["serial"], 3)}
+              "overlapped_over_serial": round(med["overlapped"] / med["serial"], 3),
+              "overlapped_over_one_by_one": round(med["overlapped"] / med["overlapped-one-by-one"], 3)}
     if args.smoke:
         result["smoke"] = "one rep without engine probes: not a measurement"
     text = json.dumps(result, indent=2)

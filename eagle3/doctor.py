@@ -385,14 +385,14 @@ def engine_checks(cfg: PipelineConfig, sup: Supervisor) -> list[tuple[Callable, 
     return [check for group in engine_check_groups(cfg, sup) for check in group]
 
 
-def warm_engine_probes(cfg: PipelineConfig) -> threading.Thread:
+def warm_engine_probes(cfg: PipelineConfig, at_once: bool = True) -> threading.Thread:
     """Ask the engines the preflight's questions now, in the background: `eagle3 run` does it while the
     run's Prefect server starts, so the preflight that follows reads cached answers instead of waiting for
     them. Each group of checks asks in a thread of its own, at once: each probe is an engine interpreter
     importing its engine (17-21 s each on the H200 machine, where one after another they held the first
     phase ~40 s), and is one busy core. Each thread has its own supervisor (the caller's is busy starting
     that server); errors are the preflight's to report, so none is raised here. The returned thread ends
-    when every group has."""
+    when every group has. `at_once=False`: one group after another, as before (bench/first_phase_bench.py)."""
     def ask(i: int) -> None:
         for fn, args in engine_check_groups(cfg, Supervisor(cfg.layout.state))[i]:
             try:
@@ -406,6 +406,8 @@ def warm_engine_probes(cfg: PipelineConfig) -> threading.Thread:
                    for i in range(n)]
         for w in workers:
             w.start()
+            if not at_once:
+                w.join()
         for w in workers:
             w.join()
 
