@@ -299,10 +299,12 @@ PY
     # set's train split) for 4 epochs, about as many training steps as run6's 4,096 x 10, so the held-out
     # acceptance against run6's says what more (distinct) data alone buys. The drafter comes back first,
     # then the startup probe (the Prefect server's own start and the engines' imports), as time allows.
-    # DATA_SAMPLES / DATA_EPOCHS change the lever; the run dir is named after them.
-    data="h200-smollm2-data$(( ${DATA_SAMPLES:-12288} / 1024 ))k-e${DATA_EPOCHS:-4}"
+    # DATA_SAMPLES / DATA_EPOCHS change the lever, DATA_TEMPERATURE (default 0, greedy) the data generation's
+    # temperature (the issue's other data lever); the run dir is named after them.
+    data="h200-smollm2-data$(( ${DATA_SAMPLES:-12288} / 1024 ))k-e${DATA_EPOCHS:-4}${DATA_TEMPERATURE:+-t$DATA_TEMPERATURE}"
     PYTHONPATH="$PACK_PATH" python3 "$REPO/bench/derive_profile.py" "$REPO/configs/h200-smollm2.yaml" "$data" \
       --set datagen.max_samples="${DATA_SAMPLES:-12288}" --set train.epochs="${DATA_EPOCHS:-4}" \
+      --set datagen.sampling.temperature="${DATA_TEMPERATURE:-0.0}" \
       --set bench.windows=3 --set bench.max_windows=3 > /dev/null || exit 1
     sampled "$REPO/runs/$data" run_config "$REPO/configs/.$data.yaml" "$RESULTS/run-data.log"; rc=$?
     DRAFTER_RUN="$REPO/runs/$data" bash "$0" "$RESULTS" drafter-out > "$RESULTS/drafter-out.log" 2>&1

@@ -32,9 +32,10 @@ def derive(base, name, *sets):
 
 @pytest.mark.parametrize("name, sets, expect", [
     # the two variants bench/gpu_e2e.sh derives: issue 36's data lever (data-session) and issue 40's 2 GPUs
-    ("h200-smollm2-data12k-e4", ["datagen.max_samples=12288", "train.epochs=4", "bench.windows=3",
-                                 "bench.max_windows=3"],
-     lambda c: (c.datagen.max_samples, c.train.epochs, c.bench.windows, c.bench.max_windows) == (12288, 4, 3, 3)),
+    ("h200-smollm2-data12k-e4-t0.7", ["datagen.max_samples=12288", "train.epochs=4", "datagen.sampling.temperature=0.7",
+                                      "bench.windows=3", "bench.max_windows=3"],
+     lambda c: (c.datagen.max_samples, c.train.epochs, c.datagen.sampling.temperature, c.bench.windows,
+                c.bench.max_windows) == (12288, 4, 0.7, 3, 3)),
     ("h200x2-smollm2", ["gpus=[0,1]", "target.data_parallel_size=2"],
      lambda c: (list(c.gpus), c.target.data_parallel_size) == ([0, 1], 2)),
 ])
