@@ -7,7 +7,7 @@ twin (the constant tiny drafter), one window slot of 4 short requests, and recor
 first fills the compile cache, so every recorded start reuses it, in both modes alike.
 
     .venv/bin/python bench/side_by_side_bench.py --rounds 3 --out bench/results/side-by-side-cpu-DATE.json
-    .venv/bin/python bench/side_by_side_bench.py --smoke     # CI: one round of each; not a measurement
+    .venv/bin/python bench/side_by_side_bench.py --smoke     # CI: one round of each, no twin; not a measurement
 """
 
 from __future__ import annotations
@@ -35,13 +35,14 @@ from tests.ports import free_port  # noqa: E402
 MODES = ("one_by_one", "side_by_side")
 
 
-def one_round(root: Path, mode: str, target: Path, drafter: Path) -> dict:
-    """The bench phase once with `mode`; its round_starts row and each server's own start time."""
+def one_round(root: Path, mode: str, target: Path, drafter: Path, twin: bool = True) -> dict:
+    """The bench phase once with `mode`; its round_starts row and each server's own start time. `twin`:
+    the baseline's twin as a third server (the smoke leaves it out: two starts fewer a round, on 2 cores)."""
     port = free_port((0, 1, 2))  # the baseline's, k=1's and the twin's
     cfg = write_tiny_config(root, {"target": {"model": str(target)}, "bench": {
         "server": {"port": port}, "drafter": str(drafter), "drafter_trained": True, "num_speculative_tokens": [1],
         "concurrency": [1], "num_prompts": 4, "max_tokens": 16, "warmup_prompts": 1, "windows": 1,
-        "schedule": "interleaved", "aa_twin": True, "start_servers": mode, "parity": {"enabled": False},
+        "schedule": "interleaved", "aa_twin": twin, "start_servers": mode, "parity": {"enabled": False},
         "watch": {"enabled": False}}})
     sup = supervisor(cfg)
     inspect_engine(cfg, sup, "vllm")  # as the preflight does: the probed versions key the compile cache
@@ -58,7 +59,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", type=Path)
-    ap.add_argument("--smoke", action="store_true", help="one round of each (CI): not a measurement")
+    ap.add_argument("--smoke", action="store_true", help="one round of each, no twin (CI): not a measurement")
     args = ap.parse_args()
     target = ensure_tiny_model(REPO / "models" / "tiny-llama-constant", spec=TinyModelSpec(constant=True))
     drafter = ensure_drafter(REPO / "models" / "tiny-drafter-constant", target, default_engine(),
@@ -70,7 +71,8 @@ def main() -> int:
         for n in range(1 if args.smoke else args.rounds):
             order = MODES if n % 2 == 0 else tuple(reversed(MODES))  # alternating: drift hits both alike
             for mode in order:
-                row = {**one_round(Path(tmp) / f"r{n}-{mode}", mode, target, drafter), "round": n + 1, "mode": mode}
+                row = {**one_round(Path(tmp) / f"r{n}-{mode}", mode, target, drafter, twin=not args.smoke),
+                       "round": n + 1, "mode": mode}
                 rows.append(row)
                 print(f"round {n + 1} {mode:>12}: last ready {row['first_launch_to_last_ready_s']:6.1f} s after the "
                       f"first launch (starts summed {row['sum_of_starts_s']:.1f} s)", flush=True)

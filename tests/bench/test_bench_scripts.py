@@ -135,7 +135,8 @@ def test_modelinfo_share_bench_smoke():
 @pytest.mark.slow
 @pytest.mark.engine
 def test_side_by_side_bench_smoke():
-    """Two real bench phases on vLLM CPU servers (baseline, k=1, twin): one round one by one, one side by side."""
+    """Two real bench phases on vLLM CPU servers (baseline and k=1; the measurement adds the twin): one round
+    one by one, one side by side."""
     res = _script("side_by_side_bench.py", "--smoke", timeout=500)
     assert "one_by_one: last ready" in res.stdout and "side_by_side: last ready" in res.stdout
     assert "ratio per round" in res.stdout
