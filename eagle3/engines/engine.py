@@ -158,6 +158,8 @@ class Engine:
     # Server flag spellings -> the config field the pack sets them from, beyond every engine's own.
     managed_flags: ClassVar[dict[tuple[str, ...], str]] = {}
     managed_env: ClassVar[dict[str, str]] = {}  # variables the pack sets in this engine's processes
+    # Variables a server of this engine gets unless engines.<name>.env sets them (the user's value wins).
+    server_env_defaults: ClassVar[dict[str, str]] = {}
     remote_env: ClassVar[str | None] = None  # a variable that binds internal ports (loopback unless allow_remote)
 
     # ---- probes (eagle3/engines/probe.py, run in the engine's environment) -------------------

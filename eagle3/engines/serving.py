@@ -42,7 +42,7 @@ def start_server(sup: Supervisor, cfg: PipelineConfig, phase: str, engine: str, 
     argv = adapter.serve_argv(engine_env, cfg.target.model_copy(update={"served_name": served_name})
                               if served_name else cfg.target, server, extra_args)
     gpus = list(cfg.gpus if gpus is None else gpus)
-    server_env = {**engine_env.env, **(env or {})}
+    server_env = server_environment(cfg, engine, env)
     cache = _compile_dir(cfg, sup, engine, name, argv, server_env, gpus) if engine_env.compile_cache else None
     if cache is not None:
         server_env.update(adapter.compile_cache_env(cache.path))
@@ -85,6 +85,12 @@ def start_server(sup: Supervisor, cfg: PipelineConfig, phase: str, engine: str, 
                        "steps": steps, "pid": proc.pid, "port": server.port, "log": str(log), "at": time.time(),
                        "compile_cache": None if cache is None else cache.record()})
     return proc
+
+
+def server_environment(cfg: PipelineConfig, engine: str, env: dict[str, str] | None = None) -> dict[str, str]:
+    """What a server of `engine` gets on top of the pack's own environment: the engine's defaults, then
+    engines.<engine>.env, then what the phase adds (`env`); a later one wins."""
+    return {**engine_registry.get(engine).server_env_defaults, **getattr(cfg.engines, engine).env, **(env or {})}
 
 
 def _compile_dir(cfg: PipelineConfig, sup: Supervisor, engine: str, name: str, argv: list[str],

@@ -165,6 +165,11 @@ class Vllm(Engine):
                      "where the handoff does not look)",
     }
     remote_env = "VLLM_HOST_IP"
+    # `vllm serve` picks `spawn` for its engine core unless this is set, and the engine core then imports
+    # torch and vLLM again in a new interpreter: 13 s of run6's 83 s datagen start on the H200, before its
+    # first log line. Forked, it inherits the API server's imports. vLLM itself still spawns where fork is
+    # unsafe: when the API server has initialised CUDA, and on its CPU platform (docs/FACTS.md §14).
+    server_env_defaults = {"VLLM_WORKER_MULTIPROC_METHOD": "fork"}
     # --enable-scale-out: 0.32 serves /v1/chat/completions/render only with it; 0.25 has no such flag
     # and serves the route whenever the model generates (docs/FACTS.md §1).
     optional_serve_flags = ("--enable-scale-out",)

@@ -75,6 +75,17 @@ def test_it_compiles_into_the_directory_its_start_record_names(vllm_server):
     assert any(p.suffix == ".json" for p in shared.iterdir()), sorted(shared.iterdir())
 
 
+def test_the_server_forks_its_engine_core_unless_the_config_says_otherwise(vllm_server, make_config):
+    """docs/FACTS.md §14: `vllm serve` spawns its engine core (a new interpreter, imports again) unless
+    VLLM_WORKER_MULTIPROC_METHOD is set; the pack sets fork, and a value in engines.vllm.env wins. (vLLM's
+    CPU platform spawns whatever it says, so what fork saves is measured on the GPU.)"""
+    from eagle3.engines.serving import server_environment
+
+    assert psutil.Process(vllm_server.process.pid).environ()["VLLM_WORKER_MULTIPROC_METHOD"] == "fork"
+    cfg = make_config({"engines": {"vllm": {"env": {"VLLM_WORKER_MULTIPROC_METHOD": "spawn"}}}}, check_files=False)
+    assert server_environment(cfg, "vllm")["VLLM_WORKER_MULTIPROC_METHOD"] == "spawn"
+
+
 def test_models_lists_the_served_name(vllm_server):
     assert httpx.get(f"{vllm_server.base_url}/v1/models", timeout=10).status_code == 401  # the key is demanded
     r = httpx.get(f"{vllm_server.base_url}/v1/models", timeout=10, headers=vllm_server.headers)
