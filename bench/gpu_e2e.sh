@@ -19,6 +19,7 @@
 #   bash bench/gpu_e2e.sh RESULTS drafter-out  # the real run's drafter, less its embed_tokens copy, in pieces
 #   bash bench/gpu_e2e.sh RESULTS session    # one device session in one background step: real (with the noise
 #                                            # sampler beside it), a rerun, the handoff bench, the drafter (as time allows)
+#   bash bench/gpu_e2e.sh RESULTS alternation   # issue 37: the A/A pair by request and by window block
 #   bash bench/gpu_e2e.sh RESULTS data-session  # issue 36's data lever: the real profile on 12,288 prompts
 #                                            # for 4 epochs (DATA_SAMPLES, DATA_EPOCHS), its drafter brought back
 #   KS="1 2 4 5" bash bench/gpu_e2e.sh RESULTS ksweep  # a drafter at more k, all at once beside the baseline
@@ -309,8 +310,19 @@ PY
     sampled "$REPO/runs/$data" run_config "$REPO/configs/.$data.yaml" "$RESULTS/run-data.log"; rc=$?
     DRAFTER_RUN="$REPO/runs/$data" bash "$0" "$RESULTS" drafter-out > "$RESULTS/drafter-out.log" 2>&1
     [ "$(left)" -gt 90 ] && startup_probe
+    [ "$(left)" -gt 420 ] && bash "$0" "$RESULTS" alternation > "$RESULTS/alternation.out" 2>&1
     event "\"ended\": true, \"rc\": $rc, \"run\": \"$data\""
     ;;
+  alternation)
+    # Issue 37: does alternating the A/A pair request by request narrow its interval against window
+    # blocks (bench/alternation_probe.py)? Two servers of the real profile's bench settings, 10 blocks of 8
+    # held-out prompts, 128 tokens, both designs twice: ~5 min with the two starts.
+    PYTHONPATH="$PACK_PATH" python3 "$REPO/bench/derive_profile.py" "$REPO/configs/h200-smollm2.yaml" \
+      h200-smollm2-aa > /dev/null || exit 1
+    wrappers
+    timeout -s TERM $(( $(left) - 30 )) env PYTHONPATH="$PACK_PATH" python3 "$REPO/bench/alternation_probe.py" \
+      --config "$REPO/configs/.h200-smollm2-aa.yaml" --blocks 10 --per-block 8 --rounds 2 --max-tokens 128 \
+      --json "$RESULTS/alternation-h200.json" > "$RESULTS/alternation-h200.log" 2>&1; rc=$? ;;
   sweep-session)
     # A bench-only session for a drafter already trained (DRAFTER or DRAFTER_PIECES + DRAFTER_CONFIG, as
     # for ksweep), most important first: the k sweep with the noise sampler beside it; a rerun of the

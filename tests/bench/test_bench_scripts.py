@@ -22,7 +22,7 @@ SMOKED = {"datagen_vs_vllm_bench.py", "datagen_client_split.py", "handoff_bench.
           "parity_probe.py", "record_bench_history.py", "gpu_e2e_record.py",  # gpu_e2e_record: tests/bench/test_gpu_record.py
           "fanout_bench.py", "first_phase_bench.py", "one_server_probe.py", "noise_sampler.py",
           "startup_probe.py", "modelinfo_share_bench.py", "side_by_side_bench.py", "drafter_acceptance.py",
-          "draft_vocab_coverage.py", "derive_profile.py"}  # derive_profile: tests/bench/test_derive_profile.py; fanout_bench: tests/flows/test_fanout.py, on that test's two nodes
+          "draft_vocab_coverage.py", "derive_profile.py", "alternation_probe.py"}  # derive_profile: tests/bench/test_derive_profile.py; fanout_bench: tests/flows/test_fanout.py, on that test's two nodes
 SHELL = {"gpu_carry.sh", "gpu_e2e.sh", "gpu_pack_deps.sh", "gpu_sglang.sh", "gpu_sglang_deps.sh", "gpu_wait.sh",
          "run_on_gpu.sh"}
 engine = [pytest.mark.slow, pytest.mark.engine]
@@ -184,6 +184,39 @@ def test_one_server_probe_smoke():
     assert result["prompts"] == 2 and result["plain"]["output_tokens"] == 16 and "not a measurement" in result["smoke"]
     assert result["texts_equal"] == result["token_ids_equal"] == 2
     assert sum("hidden_states" in s for s in result["file_tensor_shapes"]) == 2
+
+
+def test_alternation_probe_sends_each_request_once_to_each_server_in_its_designs_order():
+    """The two designs differ only in order: windows send a block's requests to A, then all to B;
+    alternating sends each request to both before the next, A first and B first in turn."""
+    sys.path.insert(0, str(REPO / "bench"))
+    import alternation_probe as alt
+
+    bodies = ["p0", "p1", "p2", "p3"]
+    windows, alternating = alt.order("windows", bodies), alt.order("alternating", bodies)
+    assert windows == [("A", b) for b in bodies] + [("B", b) for b in bodies]
+    assert alternating == [("A", "p0"), ("B", "p0"), ("B", "p1"), ("A", "p1"),
+                           ("A", "p2"), ("B", "p2"), ("B", "p3"), ("A", "p3")]
+    assert sorted(windows) == sorted(alternating)  # the same requests, to the same servers
+    same = alt.interval([1.0, 1.0, 1.0])
+    assert same["ratio"] == 1.0 and same["halfwidth_pct"] == 0.0
+    spread = alt.interval([0.9, 1.1, 0.95, 1.05])
+    assert spread["ci"][0] < 1.0 < spread["ci"][1] and spread["halfwidth_pct"] > 5
+
+
+@pytest.mark.slow
+@pytest.mark.engine
+def test_alternation_probe_smoke(tmp_path):
+    """Two real vLLM CPU servers of one config (an A/A pair): both designs, block by block, each block a
+    ratio and each design an interval over its blocks."""
+    out = tmp_path / "alt.json"
+    res = _script("alternation_probe.py", "--smoke", "--json", str(out), timeout=400)
+    result = json.loads(out.read_text())
+    assert result["smoke"] and "half-width alternating / windows" in res.stdout
+    for design in ("windows", "alternating"):
+        r = result[design]
+        assert r["blocks"] == len(r["per_block"]) == 2 and all(x > 0 for x in r["per_block"])
+        assert r["ci"][0] <= r["ratio"] <= r["ci"][1]
 
 
 def test_devfile_probe_smoke():
