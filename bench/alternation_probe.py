@@ -13,7 +13,7 @@ alternating cancels them and its interval is the narrower one. A/A: both must co
 
     .venv/bin/python bench/alternation_probe.py --blocks 10 --per-block 8 --rounds 2 --json FILE
     .venv/bin/python bench/alternation_probe.py --config configs/h200-smollm2.yaml ...   # the GPU profile
-    .venv/bin/python bench/alternation_probe.py --smoke     # 2 blocks of 2 requests, not a measurement
+    .venv/bin/python bench/alternation_probe.py --smoke     # 2 blocks of 2 requests on one server, not a measurement
 """
 
 from __future__ import annotations
@@ -97,7 +97,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--json", type=Path)
-    ap.add_argument("--smoke", action="store_true", help="2 blocks of 2 requests, one round: not a measurement")
+    ap.add_argument("--smoke", action="store_true",
+                    help="2 blocks of 2 requests, one round, one server as both A and B (CI): not a measurement")
     args = ap.parse_args()
     if args.smoke:
         args.blocks, args.per_block, args.rounds, args.max_tokens = 2, 2, 1, 8
@@ -119,9 +120,10 @@ def main() -> int:
                    "temperature": 0.0, "ignore_eos": True} for p in prompts.prompts]
         servers, procs = {}, []
         try:
-            for i, name in enumerate("AB"):
+            for i, name in enumerate("A" if args.smoke else "AB"):
                 servers[name] = cfg.bench.server.model_copy(update={"port": base_port + i})
                 procs.append(start_server(sup, cfg, "bench", cfg.bench.engine, servers[name], instance=f"aa-{name}"))
+            servers.setdefault("B", servers["A"])  # the smoke: the script's whole path on one start, not two
             urls = {n: base_url(s) for n, s in servers.items()}
             result = asyncio.run(measure(urls, api_key(cfg, servers["A"], "bench.server"), bodies, args.blocks,
                                          args.rounds))

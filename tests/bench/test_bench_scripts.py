@@ -207,8 +207,8 @@ def test_alternation_probe_sends_each_request_once_to_each_server_in_its_designs
 @pytest.mark.slow
 @pytest.mark.engine
 def test_alternation_probe_smoke(tmp_path):
-    """Two real vLLM CPU servers of one config (an A/A pair): both designs, block by block, each block a
-    ratio and each design an interval over its blocks."""
+    """A real vLLM CPU server as both A and B (the measurement starts two): both designs, block by block,
+    each block a ratio and each design an interval over its blocks."""
     out = tmp_path / "alt.json"
     res = _script("alternation_probe.py", "--smoke", "--json", str(out), timeout=400)
     result = json.loads(out.read_text())
