@@ -296,33 +296,40 @@ PY
     event "\"ended\": true, \"rc\": $rc"
     ;;
   data-session)
-    # Issue 36's data lever in one device session: the real profile on 3x its prompts (12,288 of the 16k
-    # set's train split) for 4 epochs, about as many training steps as run6's 4,096 x 10, so the held-out
-    # acceptance against run6's says what more (distinct) data alone buys. The drafter comes back first,
-    # then the startup probe (the Prefect server's own start and the engines' imports), as time allows.
-    # DATA_SAMPLES / DATA_EPOCHS change the lever, DATA_TEMPERATURE (default 0, greedy) the data generation's
-    # temperature (the issue's other data lever); the run dir is named after them.
+    # Issue 36's data lever in one device session: the real profile on more of its prompts (DATA_SAMPLES of
+    # the 16k set's train split, default 12,288) for DATA_EPOCHS (default 4), about as many training steps
+    # as run6's 4,096 x 10, so the held-out acceptance against run6's says what more (distinct) data alone
+    # buys; DATA_TEMPERATURE (default 0, greedy) the data generation's temperature (the issue's other data
+    # lever). The run dir is named after them. Its benchmark: 3 window slots at BENCH_CONC (default 1 4).
+    # Then, as time allows: the drafter back; issue 37's alternation probe with that drafter as a third
+    # server (A/A and the speedup, request by request against window blocks); the startup probe.
     data="h200-smollm2-data$(( ${DATA_SAMPLES:-12288} / 1024 ))k-e${DATA_EPOCHS:-4}${DATA_TEMPERATURE:+-t$DATA_TEMPERATURE}"
     PYTHONPATH="$PACK_PATH" python3 "$REPO/bench/derive_profile.py" "$REPO/configs/h200-smollm2.yaml" "$data" \
       --set datagen.max_samples="${DATA_SAMPLES:-12288}" --set train.epochs="${DATA_EPOCHS:-4}" \
       --set datagen.sampling.temperature="${DATA_TEMPERATURE:-0.0}" \
-      --set bench.windows=3 --set bench.max_windows=3 > /dev/null || exit 1
+      --set bench.windows=3 --set bench.max_windows=3 --set "bench.concurrency=[$(echo ${BENCH_CONC:-1 4} | tr ' ' ,)]" \
+      > /dev/null || exit 1
     sampled "$REPO/runs/$data" run_config "$REPO/configs/.$data.yaml" "$RESULTS/run-data.log"; rc=$?
     DRAFTER_RUN="$REPO/runs/$data" bash "$0" "$RESULTS" drafter-out > "$RESULTS/drafter-out.log" 2>&1
+    ckpt=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["checkpoint"])' \
+      "$REPO/runs/$data/train/manifest.json" 2>/dev/null)
+    [ -n "$ckpt" ] && [ "$(left)" -gt 300 ] &&
+      DRAFTER="$ckpt" bash "$0" "$RESULTS" alternation > "$RESULTS/alternation.out" 2>&1
     [ "$(left)" -gt 90 ] && startup_probe
-    [ "$(left)" -gt 420 ] && bash "$0" "$RESULTS" alternation > "$RESULTS/alternation.out" 2>&1
     event "\"ended\": true, \"rc\": $rc, \"run\": \"$data\""
     ;;
   alternation)
     # Issue 37: does alternating the A/A pair request by request narrow its interval against window
-    # blocks (bench/alternation_probe.py)? Two servers of the real profile's bench settings, 10 blocks of 8
-    # held-out prompts, 128 tokens, both designs twice: ~5 min with the two starts.
+    # blocks (bench/alternation_probe.py)? Two servers of the real profile's bench settings (a third
+    # serving DRAFTER at k = 3, if given), 10 blocks of 8 held-out prompts, 128 tokens, both designs
+    # twice: ~5 min with the starts.
     PYTHONPATH="$PACK_PATH" python3 "$REPO/bench/derive_profile.py" "$REPO/configs/h200-smollm2.yaml" \
       h200-smollm2-aa > /dev/null || exit 1
     wrappers
     timeout -s TERM $(( $(left) - 30 )) env PYTHONPATH="$PACK_PATH" python3 "$REPO/bench/alternation_probe.py" \
       --config "$REPO/configs/.h200-smollm2-aa.yaml" --blocks 10 --per-block 8 --rounds 2 --max-tokens 128 \
-      --json "$RESULTS/alternation-h200.json" > "$RESULTS/alternation-h200.log" 2>&1; rc=$? ;;
+      ${DRAFTER:+--drafter "$DRAFTER" --k 3} --json "$RESULTS/alternation-h200.json" > "$RESULTS/alternation-h200.log" 2>&1
+    rc=$?; event "\"part\": \"alternation\", \"rc\": $rc" ;;
   sweep-session)
     # A bench-only session for a drafter already trained (DRAFTER or DRAFTER_PIECES + DRAFTER_CONFIG, as
     # for ksweep), most important first: the k sweep with the noise sampler beside it; a rerun of the

@@ -198,6 +198,9 @@ def test_alternation_probe_sends_each_request_once_to_each_server_in_its_designs
     assert alternating == [("A", "p0"), ("B", "p0"), ("B", "p1"), ("A", "p1"),
                            ("A", "p2"), ("B", "p2"), ("B", "p3"), ("A", "p3")]
     assert sorted(windows) == sorted(alternating)  # the same requests, to the same servers
+    three = alt.order("alternating", bodies[:3], ("A", "B", "S"))  # a drafter's server too: who goes first rotates
+    assert [s for s, _ in three] == ["A", "B", "S", "B", "S", "A", "S", "A", "B"]
+    assert sorted(three) == sorted(alt.order("windows", bodies[:3], ("A", "B", "S")))
     same = alt.interval([1.0, 1.0, 1.0])
     assert same["ratio"] == 1.0 and same["halfwidth_pct"] == 0.0
     spread = alt.interval([0.9, 1.1, 0.95, 1.05])
@@ -214,7 +217,8 @@ def test_alternation_probe_smoke(tmp_path):
     result = json.loads(out.read_text())
     assert result["smoke"] and "half-width alternating / windows" in res.stdout
     for design in ("windows", "alternating"):
-        r = result[design]
+        assert list(result[design]) == ["B/A"]  # no --drafter: the twin alone
+        r = result[design]["B/A"]
         assert r["blocks"] == len(r["per_block"]) == 2 and all(x > 0 for x in r["per_block"])
         assert r["ci"][0] <= r["ratio"] <= r["ci"][1]
 
