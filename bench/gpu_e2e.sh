@@ -20,6 +20,7 @@
 #   bash bench/gpu_e2e.sh RESULTS session    # one device session in one background step: real (with the noise
 #                                            # sampler beside it), a rerun, the handoff bench, the drafter (as time allows)
 #   bash bench/gpu_e2e.sh RESULTS alternation   # issue 37: the A/A pair by request and by window block
+#   bash bench/gpu_e2e.sh RESULTS client        # issue 39: the data-generation client vs `vllm bench serve`
 #   bash bench/gpu_e2e.sh RESULTS data-session  # issue 36's data lever: the real profile on 12,288 prompts
 #                                            # for 4 epochs (DATA_SAMPLES, DATA_EPOCHS), its drafter brought back
 #   KS="1 2 4 5" bash bench/gpu_e2e.sh RESULTS ksweep  # a drafter at more k, all at once beside the baseline
@@ -315,6 +316,7 @@ PY
       "$REPO/runs/$data/train/manifest.json" 2>/dev/null)
     [ -n "$ckpt" ] && [ "$(left)" -gt 300 ] &&
       DRAFTER="$ckpt" bash "$0" "$RESULTS" alternation > "$RESULTS/alternation.out" 2>&1
+    [ "$(left)" -gt 240 ] && bash "$0" "$RESULTS" client > "$RESULTS/client.out" 2>&1
     [ "$(left)" -gt 90 ] && startup_probe
     event "\"ended\": true, \"rc\": $rc, \"run\": \"$data\""
     ;;
@@ -330,6 +332,15 @@ PY
       --config "$REPO/configs/.h200-smollm2-aa.yaml" --blocks 10 --per-block 8 --rounds 2 --max-tokens 128 \
       ${DRAFTER:+--drafter "$DRAFTER" --k 3} --json "$RESULTS/alternation-h200.json" > "$RESULTS/alternation-h200.log" 2>&1
     rc=$?; event "\"part\": \"alternation\", \"rc\": $rc" ;;
+  client)
+    # Issue 39: the data-generation client against `vllm bench serve` on one server of the real profile's
+    # datagen settings, side by side, 3 rounds (the order alternating) at the profile's concurrency, 2,048
+    # prompts x 256 tokens (ignore_eos): ~4 min with the start.
+    wrappers
+    timeout -s TERM $(( $(left) - 30 )) env PYTHONPATH="$PACK_PATH" python3 "$REPO/bench/datagen_vs_vllm_bench.py" \
+      --config "$REPO/configs/h200-smollm2.yaml" --concurrency 512 --num-prompts 2048 --max-tokens 256 --rounds 3 \
+      --no-record --json "$RESULTS/client-h200.json" > "$RESULTS/client-h200.log" 2>&1
+    rc=$?; event "\"part\": \"client\", \"rc\": $rc" ;;
   sweep-session)
     # A bench-only session for a drafter already trained (DRAFTER or DRAFTER_PIECES + DRAFTER_CONFIG, as
     # for ksweep), most important first: the k sweep with the noise sampler beside it; a rerun of the
