@@ -41,6 +41,7 @@ from eagle3.bench.repeats import t975  # noqa: E402
 from eagle3.bench.starts import graph_sizes  # noqa: E402
 from eagle3.config import load_config  # noqa: E402
 from eagle3.engines import engine_registry  # noqa: E402
+from eagle3.engines.metrics import acceptance  # noqa: E402
 from eagle3.engines.serving import api_key, base_url, start_server  # noqa: E402
 from eagle3.fsio import atomic_write_json  # noqa: E402
 from eagle3.openai_client import OpenAIClient  # noqa: E402
@@ -146,8 +147,13 @@ def main() -> int:
                                           instance=f"aa-{name}"))
             servers.setdefault("B", servers["A"])  # the smoke: the script's whole path on one start, not two
             urls = {n: base_url(servers[n]) for n in ("A", "B", *(("S",) if "S" in servers else ()))}
-            result = asyncio.run(measure(urls, api_key(cfg, servers["A"], "bench.server"), bodies, args.blocks,
-                                         args.rounds))
+            key = api_key(cfg, servers["A"], "bench.server")
+            headers = {"Authorization": f"Bearer {key}"} if key else {}
+            counters = lambda: engine.scrape(urls["S"], args.k, cfg.target.served_name, headers)[0]  # noqa: E731
+            before = counters() if "S" in urls else None
+            result = asyncio.run(measure(urls, key, bodies, args.blocks, args.rounds))
+            if before is not None:  # the drafter's acceptance over every request S served (warm-up included)
+                result["acceptance_S"] = acceptance(counters() - before, engine.acceptance_source).to_dict()
         finally:
             for proc in procs:
                 proc.stop()
@@ -155,6 +161,8 @@ def main() -> int:
         for pair, r in result[design].items():
             print(f"{design:>11}: {pair} {r['ratio']:.4f} [{r['ci'][0]:.4f}, {r['ci'][1]:.4f}], half-width "
                   f"{r['halfwidth_pct']:.2f} % over {r['blocks']} blocks", flush=True)
+    if "acceptance_S" in result:
+        print(f"S (k = {args.k}) acceptance length {result['acceptance_S']['length']}")
     for pair in result["windows"]:
         narrow = result["alternating"][pair]["halfwidth_pct"] / result["windows"][pair]["halfwidth_pct"]
         print(f"{pair} half-width alternating / windows: {narrow:.3f}")
