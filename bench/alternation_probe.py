@@ -162,7 +162,7 @@ def main() -> int:
             print(f"{design:>11}: {pair} {r['ratio']:.4f} [{r['ci'][0]:.4f}, {r['ci'][1]:.4f}], half-width "
                   f"{r['halfwidth_pct']:.2f} % over {r['blocks']} blocks", flush=True)
     if "acceptance_S" in result:
-        print(f"S (k = {args.k}) acceptance length {result['acceptance_S']['length']}")
+        print(f"S (k = {args.k}) acceptance length {result['acceptance_S']['acceptance_length']}")
     for pair in result["windows"]:
         narrow = result["alternating"][pair]["halfwidth_pct"] / result["windows"][pair]["halfwidth_pct"]
         print(f"{pair} half-width alternating / windows: {narrow:.3f}")
