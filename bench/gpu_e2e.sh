@@ -21,6 +21,7 @@
 #                                            # sampler beside it), a rerun, the handoff bench, the drafter (as time allows)
 #   bash bench/gpu_e2e.sh RESULTS alternation   # issue 37: the A/A pair by request and by window block
 #   bash bench/gpu_e2e.sh RESULTS client        # issue 39: the data-generation client vs `vllm bench serve`
+#   bash bench/gpu_e2e.sh RESULTS measure-session  # no pipeline run: alternation, client, handoff, startup probe
 #   bash bench/gpu_e2e.sh RESULTS data-session  # issue 36's data lever: the real profile on 12,288 prompts
 #                                            # for 4 epochs (DATA_SAMPLES, DATA_EPOCHS), its drafter brought back
 #   KS="1 2 4 5" bash bench/gpu_e2e.sh RESULTS ksweep  # a drafter at more k, all at once beside the baseline
@@ -341,6 +342,16 @@ PY
       --config "$REPO/configs/h200-smollm2.yaml" --concurrency 512 --num-prompts 2048 --max-tokens 256 --rounds 3 \
       --no-record --json "$RESULTS/client-h200.json" > "$RESULTS/client-h200.log" 2>&1
     rc=$?; event "\"part\": \"client\", \"rc\": $rc" ;;
+  measure-session)
+    # A session too short for a pipeline run (~10 min of steps): no drafter is trained. Most important first,
+    # each part only if DEADLINE leaves it the time it needs: issue 37's alternation probe on the A/A pair;
+    # issue 39's data-generation client against `vllm bench serve`; the handoff bench; the startup probe.
+    bash "$0" "$RESULTS" alternation > "$RESULTS/alternation.out" 2>&1; rc=$?
+    [ "$(left)" -gt 240 ] && bash "$0" "$RESULTS" client > "$RESULTS/client.out" 2>&1
+    [ "$(left)" -gt 90 ] && handoff_bench
+    [ "$(left)" -gt 90 ] && startup_probe
+    event "\"ended\": true, \"rc\": $rc"
+    ;;
   sweep-session)
     # A bench-only session for a drafter already trained (DRAFTER or DRAFTER_PIECES + DRAFTER_CONFIG, as
     # for ksweep), most important first: the k sweep with the noise sampler beside it; a rerun of the
