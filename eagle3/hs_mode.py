@@ -63,7 +63,7 @@ def per_token_bytes(cfg: PipelineConfig) -> int:
 
 def offline_estimate(cfg: PipelineConfig) -> Estimate:
     """The best estimate available now: exact from the prepared data once phase 2 prepared it, from
-    phase 1's token counts once it ran, else an upper bound from the config (every sample full)."""
+    phase 1's token counts once it ran, else from the prompts and the sampling (before_datagen)."""
     per_token = per_token_bytes(cfg)
     index = read_prepared_index(cfg)
     if index is not None:
@@ -71,9 +71,32 @@ def offline_estimate(cfg: PipelineConfig) -> Estimate:
     samples = handover.samples(cfg)
     if samples.is_file() and samples.stat().st_size:
         return estimate_from_samples(samples, cfg.extract.seq_length, per_token)
-    rows = cfg.datagen.max_samples or _count_lines(cfg.datagen.prompts)
-    tokens = rows * cfg.extract.seq_length
-    return Estimate(rows, tokens, per_token, tokens * per_token + rows * HEADER_BYTES, rows, exact=False)
+    return before_datagen(cfg, per_token)
+
+
+# A chat template's own tokens per conversation (role markers, a default system prompt: SmolLM2's and
+# Llama 3's add 20-40) and per message. Not a bound: the check runs again on phase 1's token counts,
+# and exactly after prepare-data, before any hidden state is written.
+TEMPLATE_TOKENS, TEMPLATE_TOKENS_PER_MESSAGE = 256, 8
+
+
+def before_datagen(cfg: PipelineConfig, per_token: int) -> Estimate:
+    """Before phase 1, from the prompts and the sampling: a row is at most its conversation's UTF-8
+    bytes (a token of a byte-level or byte-fallback vocabulary holds at least one byte), the template's
+    tokens and datagen.sampling.max_tokens of answer, capped at extract.seq_length; prepare-data makes
+    one row per assistant turn. Every sample at seq_length, as before, overstated a 256-token profile's
+    8,192 samples 3.5x, and its preflight refused a run that fitted (bench/RESULTS.md, 2026-12-05)."""
+    from .prompts import load_prompts
+
+    seq, answer = cfg.extract.seq_length, cfg.datagen.sampling.max_tokens
+    rows = tokens = 0
+    for prompt in load_prompts(cfg.datagen.prompts, cfg.datagen.max_samples, skip_invalid=True).prompts:
+        text = sum(len(str(m.get("content") or "").encode()) for m in prompt.messages)
+        row = min(seq, text + TEMPLATE_TOKENS + TEMPLATE_TOKENS_PER_MESSAGE * (len(prompt.messages) + 1) + answer)
+        turns = 1 + sum(m.get("role") == "assistant" for m in prompt.messages)
+        rows, tokens = rows + turns, tokens + turns * row
+    return Estimate(rows, tokens, per_token, tokens * per_token + rows * HEADER_BYTES, 0, exact=False,
+                    basis="prompts and datagen.sampling.max_tokens")
 
 
 def read_prepared_index(cfg: PipelineConfig) -> dict | None:
@@ -82,11 +105,6 @@ def read_prepared_index(cfg: PipelineConfig) -> dict | None:
         return data if isinstance(data, dict) and isinstance(data.get("seq_len"), list) else None
     except (OSError, ValueError, AttributeError):
         return None
-
-
-def _count_lines(path: Path) -> int:
-    with open(path, "rb") as fh:
-        return sum(1 for line in fh if line.strip())
 
 
 # ---- online: samples in flight and the cache bound ----------------------------------------------------

@@ -164,6 +164,42 @@ def test_doctor_fails_with_both_numbers_when_neither_mode_fits(make_config, monk
     assert "offline needs" in c.reason and "4096 bytes (0.000 GiB) free" in c.reason and "two GPU sets" in c.reason
 
 
+def test_before_datagen_a_sample_is_its_prompt_bytes_the_template_and_max_tokens_at_most(make_config, tmp_path):
+    """Before phase 1: each row is its conversation's UTF-8 bytes + the template's tokens + max_tokens,
+    capped at seq_length, one row per assistant turn (the final answer included)."""
+    rows = [{"id": "short", "messages": [{"role": "user", "content": "é" * 5}]},  # 10 bytes
+            {"id": "turns", "messages": [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "goodbye"},
+                                         {"role": "user", "content": "why"}]},
+            {"id": "long", "messages": [{"role": "user", "content": "x" * 5000}]}]
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = make_config({"datagen": {"prompts": str(prompts), "sampling": {"max_tokens": 100}},
+                       "extract": {"seq_length": 2048}}, check_files=False)
+    t, m = hs_mode.TEMPLATE_TOKENS, hs_mode.TEMPLATE_TOKENS_PER_MESSAGE
+    est = hs_mode.offline_estimate(cfg)
+    assert est.rows == 1 + 2 + 1 and not est.exact and est.upper_bound_rows == 0
+    assert est.tokens == (10 + t + 2 * m + 100) + 2 * (15 + t + 4 * m + 100) + 2048
+    assert "estimated from prompts and datagen.sampling.max_tokens" in est.describe()
+    # a longer answer is capped at seq_length like the long prompt
+    longer = make_config({"datagen": {"prompts": str(prompts), "sampling": {"max_tokens": 4000}},
+                          "extract": {"seq_length": 2048}}, check_files=False)
+    assert hs_mode.offline_estimate(longer).tokens == 4 * 2048
+
+
+def test_the_preflight_passes_a_run_that_fits_only_by_its_answers_length(make_config, monkeypatch):
+    """The 2026-12-05 refusal: short prompts and 256-token answers, on a disk that holds them but not
+    every sample at seq_length. The doctor chooses offline; with room for neither, it still fails."""
+    cfg = make_config({"gpus": [0], "datagen": {"sampling": {"max_tokens": 256}}, "extract": {"seq_length": 8192}})
+    est = hs_mode.offline_estimate(cfg)
+    full = est.rows * 8192 * est.bytes_per_token
+    assert est.bytes * 4 < full  # what the old estimate would have needed
+    monkeypatch.setattr(hs_mode, "free_bytes", lambda run_dir: (2 * est.bytes, run_dir))
+    ok = check_disk(cfg)
+    assert ok.status == PASS and "offline (chosen by auto)" in ok.reason
+    monkeypatch.setattr(hs_mode, "free_bytes", lambda run_dir: (est.bytes // 2, run_dir))
+    assert check_disk(cfg).status == FAIL
+
+
 # ---- the online cache guard (no server: files as the extraction server writes them) ------------------
 
 def test_cache_guard_stops_the_step_past_its_bound_and_removes_only_unlocked_orphans(tmp_path):

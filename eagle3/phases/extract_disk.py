@@ -34,9 +34,10 @@ class Estimate:
     bytes: int
     upper_bound_rows: int  # rows without token counts, counted at full seq_length
     exact: bool            # from the prepared data rather than the phase-1 counts
+    basis: str = "phase 1"  # what a non-exact estimate comes from
 
     def describe(self) -> str:
-        how = "exact, from the prepared data" if self.exact else "estimated from phase 1"
+        how = "exact, from the prepared data" if self.exact else f"estimated from {self.basis}"
         extra = f"; {self.upper_bound_rows} rows without token counts taken at seq_length" if self.upper_bound_rows else ""
         return (f"{fmt_bytes(self.bytes)} = {self.tokens} tokens × {self.bytes_per_token} B/token "
                 f"+ {self.rows} file headers ({how}{extra})")
