@@ -85,7 +85,8 @@ class Engine:
 
     # Points of a start that the engine's log only timestamps (its imports, its engine process's spawn):
     # (step, regex whose group 1 is the line's time, that time's strptime format). Each step runs from the
-    # previous point (the launch, for the first) to its own line; the log's clock has 1 s resolution.
+    # previous point found (the launch, for the first) to its own line; a point the log lacks (another
+    # version's wording) leaves its time to the next step's. The log's clock has 1 s resolution.
     start_marks: ClassVar[tuple[tuple[str, str, str], ...]] = ()
 
     def start_breakdown(self, log_text: str, launched_at: float | None = None) -> dict[str, float]:
@@ -101,7 +102,7 @@ class Engine:
             hit = re.search(pattern, log_text, re.M)
             at = _log_time(hit.group(1), fmt, launched_at) if hit else None
             if at is None:
-                break
+                continue
             found[step] = round(max(0.0, at - previous), 1)
             previous = max(previous, at)
         return found

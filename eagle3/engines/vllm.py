@@ -116,9 +116,12 @@ class Vllm(Engine):
         ("engine_init_s", r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s"),
     )
 
-    # The API server's first line comes after its imports; its engine core logs once spawned and imported.
+    # The API server's first line comes after its imports; it resolves the architecture once vLLM's model
+    # inspection (a subprocess, unless an answer is cached) is done; its engine core logs once started
+    # (forked: within a second on the H100; spawned, after re-importing torch and vLLM: 15-18 s on the H200).
     start_marks = (
         ("api_imports_s", r"(?:INFO|WARNING) (\d\d-\d\d \d\d:\d\d:\d\d) \[", "%m-%d %H:%M:%S"),
+        ("model_inspect_s", r"(\d\d-\d\d \d\d:\d\d:\d\d) \[model\.py:\d+\] Resolved architecture", "%m-%d %H:%M:%S"),
         ("engine_spawn_s", r"(\d\d-\d\d \d\d:\d\d:\d\d) \[core\.py:\d+\] Initializing a V1 LLM engine", "%m-%d %H:%M:%S"),
     )
 

@@ -67,8 +67,25 @@ def _local(stamp: str) -> float:
 
 def test_vllm_imports_and_engine_spawn_come_from_the_logs_timestamps_and_the_launch_time():
     steps = VLLM.start_breakdown(VLLM_REPEATED_START, _local("2026-12-04 15:10:45"))
-    assert steps == {"compile_s": 4.20, "engine_init_s": 7.74, "api_imports_s": 25.0, "engine_spawn_s": 17.0}
+    assert steps == {"compile_s": 4.20, "engine_init_s": 7.74, "api_imports_s": 25.0, "model_inspect_s": 0.0,
+                     "engine_spawn_s": 17.0}
     assert "api_imports_s" not in VLLM.start_breakdown(VLLM_REPEATED_START)  # no launch time, no such steps
+    # A log without the architecture line (another version's wording): its time goes to the engine's spawn.
+    without = "".join(line for line in VLLM_REPEATED_START.splitlines(keepends=True) if "Resolved" not in line)
+    assert VLLM.start_breakdown(without, _local("2026-12-04 15:10:45"))["engine_spawn_s"] == 17.0
+
+
+# A forked engine core on the H100 (2026-12-05, bench/results/h100-20261205-measure, the A/A probe's server A):
+# model inspection 22 s (no cached answer), the engine core's first line in the same second.
+VLLM_FORKED_START = """(APIServer pid=2760) INFO 12-05 10:15:50 [api_utils.py:273] non-default args: {...}
+(APIServer pid=2760) INFO 12-05 10:16:12 [model.py:619] Resolved architecture: LlamaForCausalLM
+(EngineCore pid=2989) INFO 12-05 10:16:12 [core.py:114] Initializing a V1 LLM engine (v0.25.0) with config: ...
+"""
+
+
+def test_vllm_model_inspection_and_the_engine_cores_start_are_apart():
+    steps = VLLM.start_breakdown(VLLM_FORKED_START, _local("2026-12-05 10:15:26"))
+    assert steps == {"api_imports_s": 24.0, "model_inspect_s": 22.0, "engine_spawn_s": 0.0}
     # A log that stops before the engine core's line (a start that died) gives what it has.
     assert VLLM.start_breakdown(VLLM_REPEATED_START.splitlines()[0], _local("2026-12-04 15:10:45")) == {
         "api_imports_s": 25.0}
