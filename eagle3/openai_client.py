@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -79,6 +80,23 @@ class ChatResult:
     token_ids: list[int] | None
     model: str
     raw: dict = field(repr=False, default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TimedChat:
+    """One streamed chat completion as the benchmark counts it (vLLM's load generator's vocabulary)."""
+
+    output_tokens: int
+    prompt_tokens: int
+    ttft_ms: float     # the first chunk with content
+    latency_ms: float  # the stream's end
+    started_at: float  # epoch seconds
+    chunks: int        # chunks with content: a speculative server sends each step's tokens in one
+
+    @property
+    def tpot_ms(self) -> float | None:
+        """Time per output token after the first; None for a one-token answer."""
+        return (self.latency_ms - self.ttft_ms) / (self.output_tokens - 1) if self.output_tokens > 1 else None
 
 
 def parse_chat(data: object) -> ChatResult:
@@ -190,3 +208,32 @@ class OpenAIClient:
 
     async def chat(self, payload: dict) -> ChatResult:
         return parse_chat(await self.request_json("POST", "/v1/chat/completions", payload))
+
+    async def chat_timed(self, payload: dict) -> TimedChat:
+        """One chat completion, streamed and timed; its token count from the stream's usage chunk. Never
+        retried: a benchmark request that fails is a failed measurement, not one to repeat unseen."""
+        url = f"{self.base_url}/v1/chat/completions"
+        body = {**payload, "stream": True, "stream_options": {"include_usage": True}}
+        started_at, t0 = time.time(), time.perf_counter()
+        first = usage = None
+        chunks = 0
+        async with self._session().post(url, json=body) as response:
+            if response.status >= 400:
+                text = await response.text()
+                raise RequestRejected(f"POST {url} (streamed): HTTP {response.status}: {text[:BODY_SHOWN]}",
+                                      response.status, text)
+            async for raw in response.content:
+                line = raw.strip()
+                if not line.startswith(b"data:") or line == b"data: [DONE]":
+                    continue
+                chunk = json.loads(line[5:])
+                usage = chunk.get("usage") or usage
+                if any((c.get("delta") or {}).get("content") for c in chunk.get("choices") or ()):
+                    chunks += 1
+                    first = first or time.perf_counter()
+        end = time.perf_counter()
+        if not usage or not isinstance(usage.get("completion_tokens"), int):
+            raise InvalidResponse(f"POST {url} (streamed): the stream ended without a usage chunk "
+                                  "(stream_options.include_usage): the server cannot be timed this way")
+        return TimedChat(usage["completion_tokens"], int(usage.get("prompt_tokens") or 0),
+                         round(((first or end) - t0) * 1000, 3), round((end - t0) * 1000, 3), started_at, chunks)

@@ -18,6 +18,7 @@ from ..errors import CommandFailed, ConfigError, TransientError
 from ..openai_client import OpenAIClient, RetryPolicy
 from ..process.services import Process, Supervisor
 from ..phases import run_coroutine
+from . import alternate
 from .paths import PHASE, BenchPaths, slug
 from .repeats import pair_by_slot, paired_ratio_interval, reach_pct
 from .starts import graph_sizes, start_side_by_side
@@ -55,6 +56,16 @@ def foreign_traffic(load: benchclient.LoadResult, served: Traffic) -> str | None
     return None
 
 
+def _payload(cfg: PipelineConfig, text: str) -> dict:
+    """A benchmark request as the load generator sends it: the prompt as one user turn, the phase's sampling."""
+    b = cfg.bench
+    payload = {"model": cfg.target.served_name, "messages": [{"role": "user", "content": text}],
+               "max_tokens": b.max_tokens, "temperature": b.temperature}
+    if b.ignore_eos:
+        payload["ignore_eos"] = True
+    return payload
+
+
 def _warmup(cfg: PipelineConfig, url: str, texts: list[str]) -> dict:
     """A few chat requests with the benchmark's sampling, so one-time costs (first allocations,
     graph/kernel warm-up) fall outside the measured windows."""
@@ -71,11 +82,7 @@ def _warmup(cfg: PipelineConfig, url: str, texts: list[str]) -> dict:
 
             async def one(text: str) -> None:
                 async with sem:
-                    payload = {"model": cfg.target.served_name, "messages": [{"role": "user", "content": text}],
-                               "max_tokens": b.max_tokens, "temperature": b.temperature}
-                    if b.ignore_eos:
-                        payload["ignore_eos"] = True
-                    await client.chat(payload)
+                    await client.chat(_payload(cfg, text))
 
             await asyncio.gather(*(one(t) for t in todo))
 
@@ -117,42 +124,52 @@ def _run_client(cfg: PipelineConfig, client, proc: Process, paths: BenchPaths, u
     return load
 
 
+def _window_record(cfg: PipelineConfig, url: str, label: str, k: int, c: int, load: benchclient.LoadResult,
+                   before: tuple, after: tuple, started: float) -> tuple[dict, str | None]:
+    """One window's record from its load and the server's counters around it (_snapshot's pairs), and
+    why it held other traffic than the load's (the server's own counts disagree), or None."""
+    engine = engine_registry.get(cfg.bench.engine)
+    (spec_before, traffic_before), (spec_after, traffic_after) = before, after
+    w = {"concurrency": c, "started_at": started, "finished_at": time.time(), "load": load.to_dict(),
+         "client_spec": load.client_spec, "counters_before": None, "counters_after": None, "delta": None,
+         "acceptance": None, "traffic_before": None, "traffic_after": None, "traffic_delta": None}
+    if traffic_after is not None:
+        served = traffic_after - traffic_before
+        w.update(traffic_before=traffic_before.to_dict(), traffic_after=traffic_after.to_dict(),
+                 traffic_delta=served.to_dict())
+        why = foreign_traffic(load, served)
+        if why:
+            return w, why
+    if spec_after is not None:
+        delta = spec_after - spec_before
+        w.update(counters_before=spec_before.to_dict(), counters_after=spec_after.to_dict(), delta=delta.to_dict(),
+                 acceptance=acceptance(delta, engine.acceptance_source).to_dict())
+    if k:  # the engine's own acceptance figure, if it has one: a cross-check only
+        own = engine.cross_check(url, _headers(cfg))
+        if own.get("cross_check_error"):
+            log.warning("bench %s c=%d: %s (the window's acceptance comes from its counters)", label, c,
+                        own.pop("cross_check_error"))
+        w.update(own)
+    return w, None
+
+
 def _measure_window(cfg: PipelineConfig, client, proc: Process, paths: BenchPaths, url: str, label: str,
                     k: int, c: int, dataset: Path, num_prompts: int, tag: str = "") -> dict:
     """One load-generator run at concurrency c between two counter snapshots. A window whose
     server-side request and token counts differ from the load generator's was shared with other
     traffic; it is discarded and measured again (WINDOW_ATTEMPTS in all)."""
-    engine, discarded = engine_registry.get(cfg.bench.engine), []
+    discarded = []
     for attempt in range(1, WINDOW_ATTEMPTS + 1):
-        before, traffic_before = _snapshot(cfg, url, k)
+        before = _snapshot(cfg, url, k)
         started = time.time()
         load = _run_client(cfg, client, proc, paths, url, label, c, dataset, num_prompts, tag)
         proc.check_alive()
-        after, traffic_after = _snapshot(cfg, url, k, before=False)
-        w = {"concurrency": c, "started_at": started, "finished_at": time.time(), "attempt": attempt,
-             "discarded_attempts": discarded, "load": load.to_dict(), "client_spec": load.client_spec,
-             "counters_before": None, "counters_after": None, "delta": None, "acceptance": None,
-             "traffic_before": None, "traffic_after": None, "traffic_delta": None}
-        if traffic_after is not None:
-            served = traffic_after - traffic_before
-            w.update(traffic_before=traffic_before.to_dict(), traffic_after=traffic_after.to_dict(),
-                     traffic_delta=served.to_dict())
-            why = foreign_traffic(load, served)
-            if why:
-                log.warning("bench %s c=%d attempt %d: window discarded: %s", label, c, attempt, why)
-                discarded.append(why)
-                continue
-        if after is not None:
-            delta = after - before
-            w.update(counters_before=before.to_dict(), counters_after=after.to_dict(), delta=delta.to_dict(),
-                     acceptance=acceptance(delta, engine.acceptance_source).to_dict())
-        if k:  # the engine's own acceptance figure, if it has one: a cross-check only
-            own = engine.cross_check(url, _headers(cfg))
-            if own.get("cross_check_error"):
-                log.warning("bench %s c=%d: %s (the window's acceptance comes from its counters)", label, c,
-                            own.pop("cross_check_error"))
-            w.update(own)
-        return w
+        w, why = _window_record(cfg, url, label, k, c, load, before, _snapshot(cfg, url, k, before=False), started)
+        if why:
+            log.warning("bench %s c=%d attempt %d: window discarded: %s", label, c, attempt, why)
+            discarded.append(why)
+            continue
+        return {**w, "attempt": attempt, "discarded_attempts": discarded}
     raise TransientError(f"bench {label}, concurrency {c}: {WINDOW_ATTEMPTS} windows in a row held other requests "
                          f"than the load generator's ({'; '.join(discarded)}): something else is sending requests to "
                          f"{url}; stop it, or give the benchmark server another port (bench.server.port), and rerun")
@@ -241,6 +258,48 @@ class BenchServer:
             self.record["stop"] = {"signal": stopped.signal, "seconds": stopped.seconds, "clean": stopped.clean}
 
 
+def measure_alternating_slot(cfg: PipelineConfig, servers: list[BenchServer], texts: list[str], c: int, repeat: int,
+                             slot: str, first_turn: int = 0) -> None:
+    """bench.schedule alternating: one window slot at concurrency c, every prompt of `texts` to every
+    server, the servers taking turns c requests at a time (alternate.py), between two counter snapshots
+    of each. A slot in which any server's own counts disagree with what it was sent held other traffic:
+    the whole slot is measured again (WINDOW_ATTEMPTS in all). Appends each server's window."""
+    payloads = [_payload(cfg, t) for t in texts]
+    key = api_key(cfg, cfg.bench.server, "bench.server")
+    discarded: list[str] = []
+    for attempt in range(1, WINDOW_ATTEMPTS + 1):
+        before = [_snapshot(cfg, s.url, s.k) for s in servers]
+        started = time.time()
+        try:
+            done, busy = run_coroutine(alternate.run_slot([s.url for s in servers], key, payloads, c, first_turn))
+        except Exception as e:
+            for s in servers:
+                s.proc.check_alive()  # a dead server explains a failed request better (and is retryable)
+            raise TransientError(f"bench slot {slot}, concurrency {c} (schedule alternating): a request failed: "
+                                 f"{type(e).__name__}: {e}") from e
+        windows, why = [], []
+        for s, requests, seconds, snap in zip(servers, done, busy, before):
+            s.proc.check_alive()
+            raw = s.paths.clients / f"{slug(s.label)}-{slot}-c{c}.json"
+            load = alternate.load_result(requests, seconds, raw)
+            w, foreign = _window_record(cfg, s.url, s.label, s.k, c, load, snap, _snapshot(cfg, s.url, s.k, before=False),
+                                        started)
+            windows.append(w)
+            if foreign:
+                why.append(f"{s.label}: {foreign}")
+        if why:
+            log.warning("bench slot %s c=%d attempt %d: slot discarded: %s", slot, c, attempt, "; ".join(why))
+            discarded.append("; ".join(why))
+            continue
+        for s, w in zip(servers, windows):
+            s.record["windows"].append({**w, "attempt": attempt, "discarded_attempts": discarded, "repeat": repeat,
+                                        "slot": slot})
+        return
+    raise TransientError(f"bench slot {slot}, concurrency {c}: {WINDOW_ATTEMPTS} slots in a row held other requests "
+                         f"than the benchmark's ({'; '.join(discarded)}): something else is sending requests to the "
+                         "benchmark's servers; stop it, or give them other ports (bench.server.port), and rerun")
+
+
 def narrow_enough(servers: list[BenchServer], concurrencies: list[int], target_pct: float) -> bool:
     """Whether every paired ratio to the baseline, at every concurrency, is narrow enough to stop adding
     window slots: a speedup decided (its 95 % interval wholly above or below 1) or within ±target_pct,
@@ -289,14 +348,16 @@ def measure_interleaved(cfg: PipelineConfig, sup: Supervisor, plan: list[tuple[s
                         on_window: Callable[[], None] = lambda: None,
                         before_window: Callable[[str, int, int], None] = lambda label, k, concurrency: None,
                         probes: list[dict] = (), on_extra_slot: Callable[[int], None] = lambda windows: None,
-                        start_flags: Callable[[int], list[str]] | None = None) -> list[dict]:
+                        start_flags: Callable[[int], list[str]] | None = None, texts: list[str] = ()) -> list[dict]:
     """bench.schedule interleaved: every (label, k, twin) of `plan` served at once, each on its own port
     (bench.server_ports()), started one after another, or with `start_flags` (each k's own flags) side by
     side (start_side_by_side); then each window slot (repeat, concurrency)
     measures every server in turn, the order rotated by one each repeat, so drift lands on every config
     alike and each k's window pairs with the baseline's window of its slot ("slot", stats.py). With
     bench.max_windows, slots go on until narrow_enough (each extra slot announced to `on_extra_slot` with
-    its window count). Every server is stopped, whatever happened. Returns their records, in plan order."""
+    its window count). With bench.schedule alternating, a slot's servers take turns request by request
+    instead (measure_alternating_slot, the prompts `texts`). Every server is stopped, whatever happened.
+    Returns their records, in plan order."""
     ports = cfg.bench.server_ports()
     servers = [BenchServer(cfg, sup, label, k, drafter if k else None, warmup_texts, port=port, twin=twin,
                            instance=f"k{k}" if k else "baseline-twin" if twin else "baseline",
@@ -319,6 +380,13 @@ def measure_interleaved(cfg: PipelineConfig, sup: Supervisor, plan: list[tuple[s
             turn = (repeat - 1) % len(servers)
             order = servers[turn:] + servers[:turn]
             for c in cfg.bench.concurrency:
+                if b.schedule == "alternating":
+                    progress.step(PHASE, f"slot {repeat}, concurrency {c}: {', '.join(s.label for s in order)} "
+                                         f"taking turns request by request")
+                    measure_alternating_slot(cfg, order, list(texts)[:num_prompts], c, repeat, f"r{round_}w{repeat}")
+                    for _ in order:
+                        on_window()
+                    continue
                 for server in order:
                     before_window(server.label, server.k, c)
                     server.window(c, dataset, num_prompts, repeat, slot=f"r{round_}w{repeat}")

@@ -38,6 +38,9 @@ def markdown(results: dict, plot_name: str | None = None) -> str:
         "round(s) of server starts; each figure is the mean over its windows, [95 % interval] over them"
         + ("; every server of a round ran at once and their windows took turns (schedule interleaved): each "
            "speedup is paired slot by slot" if results.get("schedule") == "interleaved" else "")
+        + ("; every server of a round ran at once and within each slot they took turns request by request "
+           "(schedule alternating), the pack's streaming client sending the requests: each speedup is paired "
+           "slot by slot" if results.get("schedule") == "alternating" else "")
         + (f"; with max_windows {results['max_windows']}, slots went on past these until every speedup was decided "
            f"or within ±{results['target_halfwidth_pct']:g} % and the twin within it (the windows column says how "
            "many each point got)" if results.get("max_windows") else ""),

@@ -157,7 +157,7 @@ def run_bench(cfg: PipelineConfig, sup: Supervisor) -> PhaseSummary:
         return lambda c: prog.step(f"window {done[0] + 1}/{total[0]}: {label}, concurrency {c}", window=done[0] + 1,
                                    k=k, concurrency=c)
 
-    measure = _interleaved if b.schedule == "interleaved" else _sequential
+    measure = _interleaved if b.all_at_once else _sequential
     runs, handoffs = measure(cfg, sup, plan, drafter, prompts, probes, dataset, tick, announce, paths, grow)
 
     results = _assemble(cfg, drafter, prompts, runs, handoffs)
@@ -251,7 +251,7 @@ def _interleaved(cfg, sup, plan, drafter, prompts, probes, dataset, tick, announ
                              f"ports {ports[0]}-{ports[-1]}, started {'side by side' if flags else 'one by one'} "
                              f"({b.engine}, drafter {drafter['path']})")
         measured = measure_interleaved(cfg, sup, group, drafter["path"], dataset, prompts["count"],
-                                       prompts["warmup_texts"], round_, on_window=tick,
+                                       prompts["warmup_texts"], round_, texts=prompts["texts"], on_window=tick,
                                        before_window=lambda label, k, c: announce(label, k)(c),
                                        probes=probes if round_ == 1 else (), on_extra_slot=grow,
                                        start_flags=flags)

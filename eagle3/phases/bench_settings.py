@@ -66,25 +66,30 @@ class Bench(PhaseSettings):
         "Windows per (server, concurrency), interleaved over the concurrencies. A speed figure is their mean "
         "with a t interval; a speedup is decided (faster / not faster) only when its interval excludes 1, so "
         "1 window leaves every speed verdict undecided. Cost: each window is num_prompts requests."))
-    schedule: Literal["sequential", "interleaved"] = Field("sequential", description=(
+    schedule: Literal["sequential", "interleaved", "alternating"] = Field("sequential", description=(
         "`sequential`: one server at a time (baseline, then each k), with a GPU handoff between two. "
         "`interleaved`: every server of a round runs at once, each on its own port (`server.port`, then the "
         "next ports up), and the windows take turns (baseline, k..., baseline, k... per window), so drift "
         "in the machine hits every config alike and each speedup is judged on paired windows. On GPUs each "
-        "server must then be capped so that all fit: the engine's memory-share flag in `server.extra_args`."))
+        "server must then be capped so that all fit: the engine's memory-share flag in `server.extra_args`. "
+        "`alternating`: the servers of `interleaved`, but within each window slot they take turns request by "
+        "request (at concurrency c, c requests at a time), the first of each turn rotating, so all meet the "
+        "machine within the same second; the pack's own streaming client sends them (not the engine's load "
+        "generator). On one H100 an A/A pair's interval was ±1.98 % this way against ±5.48 % in window blocks "
+        "over the same requests (bench/RESULTS.md, 2026-12-05)."))
     max_windows: int | None = Field(None, ge=2, le=50, description=(
-        "With schedule interleaved: keep adding window slots after `windows` until every speedup's 95 % interval "
+        "With schedule interleaved or alternating: keep adding window slots after `windows` until every speedup's 95 % interval "
         "is decided (wholly above or below 1) or within ±`target_halfwidth_pct`, and the baseline twin's within "
         "it, at every concurrency; at most this many slots. Unset: exactly `windows`. Cost: up to "
         "(max_windows - windows) more slots, each one window per server per concurrency."))
     target_halfwidth_pct: float = Field(3.0, gt=0, le=50, description=(
         "With `max_windows`: the half-width, in percent, at which a paired speedup's interval is narrow enough."))
     aa_twin: bool = Field(False, description=(
-        "With schedule interleaved: a second baseline server beside the others, measured in every window slot "
+        "With schedule interleaved or alternating: a second baseline server beside the others, measured in every window slot "
         "like them. Its paired ratio to the baseline is an A/A check in every run (it must show no change), and "
         "that interval's half-width is the machine's noise floor for a paired speedup. Cost: one more server."))
     start_servers: Literal["one_by_one", "side_by_side"] | None = Field(None, description=(
-        "With schedule interleaved: how a round's servers start. `side_by_side`: all at once, the baseline's twin "
+        "With schedule interleaved or alternating: how a round's servers start. `side_by_side`: all at once, the baseline's twin "
         "as soon as the baseline is ready (so that it reuses the baseline's compile cache), each with a KV cache "
         "the pack sizes for the benchmark's own requests (vLLM's --kv-cache-memory-bytes): an engine that sizes "
         "it by profiling at start would count the other servers' memory as its own. A round then starts in about "
@@ -135,12 +140,17 @@ class Bench(PhaseSettings):
         """One port per server of a round: all on `server.port` when sequential; interleaved, the
         baseline on it and each k on the next ports up, in bench.num_speculative_tokens order, then the
         baseline's twin (aa_twin)."""
-        n = 1 + len(self.num_speculative_tokens) + self.aa_twin if self.schedule == "interleaved" else 1
+        n = 1 + len(self.num_speculative_tokens) + self.aa_twin if self.all_at_once else 1
         return [self.server.port + i for i in range(n)]
+
+    @property
+    def all_at_once(self) -> bool:
+        """Whether a round's servers run at once (schedule interleaved or alternating)."""
+        return self.schedule != "sequential"
 
     def side_by_side(self) -> bool:
         """Whether an interleaved round starts its servers at once (bench.start_servers, or its default)."""
-        if self.schedule != "interleaved" or self.start_servers == "one_by_one":
+        if not self.all_at_once or self.start_servers == "one_by_one":
             return False
         return self.start_servers == "side_by_side" or engine_registry.get(self.engine).kv_cache_size_flag is not None
 
@@ -148,18 +158,19 @@ class Bench(PhaseSettings):
         return self.server_ports()[1:]  # the interleaved schedule's other servers: proven free like its own
 
     def checks(self, cfg) -> list[tuple[str, str]]:
-        if self.schedule != "interleaved":
+        if not self.all_at_once:
             problems = [("bench.aa_twin", "the baseline's twin is measured beside the others, which only the "
-                                          "interleaved schedule does: set bench.schedule: interleaved, or remove "
-                                          "aa_twin")] if self.aa_twin else []
+                                          "interleaved and alternating schedules do: set bench.schedule: interleaved "
+                                          "or alternating, or remove aa_twin")] if self.aa_twin else []
             if self.max_windows is not None:
                 problems.append(("bench.max_windows", "more windows until the intervals are narrow need every server "
-                                                      "up at once, which only the interleaved schedule does: set "
-                                                      "bench.schedule: interleaved, or remove max_windows"))
+                                                      "up at once, which only the interleaved and alternating "
+                                                      "schedules do: set bench.schedule: interleaved or alternating, "
+                                                      "or remove max_windows"))
             if self.start_servers == "side_by_side":
                 problems.append(("bench.start_servers", "the sequential schedule runs one server at a time, with a "
-                                                        "GPU handoff between two: set bench.schedule: interleaved, or "
-                                                        "remove start_servers"))
+                                                        "GPU handoff between two: set bench.schedule: interleaved or "
+                                                        "alternating, or remove start_servers"))
             return problems
         problems = []
         if self.start_servers == "side_by_side" and engine_registry.get(self.engine).kv_cache_size_flag is None:

@@ -53,7 +53,7 @@ def run(monkeypatch, start_flags, fail=()):
     monkeypatch.setattr(TimedServer, "log", [])
     monkeypatch.setattr(TimedServer, "made", [])
     monkeypatch.setattr(measure, "BenchServer", TimedServer)
-    bench = SimpleNamespace(windows=2, max_windows=None, target_halfwidth_pct=3.0, concurrency=[1],
+    bench = SimpleNamespace(schedule="interleaved", windows=2, max_windows=None, target_halfwidth_pct=3.0, concurrency=[1],
                             server_ports=lambda: [9000, 9001, 9002])
     t0 = time.monotonic()
     records = measure.measure_interleaved(SimpleNamespace(bench=bench), None, PLAN, "drafter", None, 8, [], 1,

@@ -32,7 +32,7 @@ def run(monkeypatch, speeds: dict, windows: int, max_windows: int | None, target
         concurrency=(1, 4)) -> tuple[list[dict], list[int]]:
     monkeypatch.setattr(ScriptedServer, "speeds", speeds)
     monkeypatch.setattr(measure, "BenchServer", ScriptedServer)
-    bench = SimpleNamespace(windows=windows, max_windows=max_windows, target_halfwidth_pct=target,
+    bench = SimpleNamespace(schedule="interleaved", windows=windows, max_windows=max_windows, target_halfwidth_pct=target,
                             concurrency=list(concurrency), server_ports=lambda: [9000, 9001, 9002])
     plan = [("baseline", 0, False), ("k=3", 3, False), ("baseline (twin)", 0, True)]
     extra: list[int] = []

@@ -149,9 +149,23 @@ def serve(args) -> None:
             with lock:
                 for name, add in zip(COUNTERS + SPEC, (1, prompt_tokens, n, steps, steps * k, n - steps)):
                     counts[name] += add
+            if body.get("stream"):  # server-sent events: one chunk per step (k + 1 words with a drafter), then usage
+                return self.stream(reply.split(" "), k + 1, prompt_tokens, n)
             self.reply(200, {"model": args.served_model_name, "choices": [
                 {"index": 0, "message": {"role": "assistant", "content": reply}, "finish_reason": "length"}],
                 "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": n}})
+
+        def stream(self, words: list[str], per_step: int, prompt_tokens: int, n: int) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()  # HTTP/1.0: the body ends when the connection closes
+            steps = [" ".join(words[i:i + per_step]) for i in range(0, len(words), per_step)]
+            chunks = [{"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}]
+            chunks += [{"choices": [{"index": 0, "delta": {"content": text}}]} for text in steps]
+            chunks.append({"choices": [], "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": n}})
+            for chunk in chunks:
+                self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            self.wfile.write(b"data: [DONE]\n\n")
 
         def log_message(self, *a):
             pass

@@ -381,19 +381,21 @@ def test_trained_fixture_beats_the_untrained_drafter(comparison_target, untraine
 @pytest.mark.slow
 @pytest.mark.engine
 @pytest.mark.timeout(1800)
+@pytest.mark.parametrize("schedule", ["interleaved", "alternating"])
 def test_the_interleaved_schedule_serves_every_config_at_once_and_pairs_their_windows(
-        tiny_constant_model, constant_drafter, tmp_path):
+        tiny_constant_model, constant_drafter, tmp_path, schedule):
     """bench.schedule interleaved on real vLLM CPU servers: the baseline, k=1 and the baseline's twin run at
     once on their own ports (one start each, no handoff between them), started side by side (the default
     for vLLM) with the KV cache the pack sized, the twin once the baseline is ready; their windows take
     turns in time (the order rotated each repeat), each speedup is paired slot by slot, and the phase ends
-    with every server gone."""
+    with every server gone. Alternating: the same servers take turns request by request within each slot,
+    the pack's streaming client sending them, each server's share checked against its own counters."""
     from eagle3.engines.probe import inspect_engine
     from eagle3.pipeline import supervisor
     from eagle3.process import procfs
 
     cfg = _bench_config(tmp_path, tiny_constant_model, constant_drafter, trained=True, ks=[1], concurrency=[1],
-                        schedule="interleaved", windows=2, aa_twin=True)
+                        schedule=schedule, windows=2, aa_twin=True)
     # The tiny config's VLLM_CPU_KVCACHE_SPACE would override the size the pack gives (vLLM's legacy CPU
     # setting): left out, so that the server's own count of its cache shows the pack's size.
     assert "VLLM_CPU_KVCACHE_SPACE" not in os.environ
@@ -430,12 +432,25 @@ def test_the_interleaved_schedule_serves_every_config_at_once_and_pairs_their_wi
     for s in (base, k1, twin):
         said = re.findall(r"KV cache size: ([\d,]+) tokens", Path(s["log"]).read_text(errors="replace"))
         assert said and int(said[-1].replace(",", "")) == 2048, (s["label"], said)
-    # The windows take turns (impossible one server at a time), the second slot starting with k=1.
-    order = sorted((w["started_at"], s["label"], w["slot"]) for s in (base, k1, twin) for w in s["windows"])
-    assert [(label, slot) for _, label, slot in order] == [
-        ("baseline", "r1w1"), ("k=1", "r1w1"), ("baseline (twin)", "r1w1"),
-        ("k=1", "r1w2"), ("baseline (twin)", "r1w2"), ("baseline", "r1w2")]
-    assert results["handoffs"] == [] and results["schedule"] == "interleaved"
+    if schedule == "interleaved":  # the windows take turns (impossible one server at a time), slot 2 from k=1
+        order = sorted((w["started_at"], s["label"], w["slot"]) for s in (base, k1, twin) for w in s["windows"])
+        assert [(label, slot) for _, label, slot in order] == [
+            ("baseline", "r1w1"), ("k=1", "r1w1"), ("baseline (twin)", "r1w1"),
+            ("k=1", "r1w2"), ("baseline (twin)", "r1w2"), ("baseline", "r1w2")]
+    else:  # the requests take turns, each slot's first server rotating; each server's share its own counters'
+        for s in (base, k1, twin):
+            for w in s["windows"]:
+                assert w["traffic_delta"]["requests"] == len(w["load"]["requests"]) == 8
+                assert w["traffic_delta"]["generation_tokens"] == w["load"]["total_output_tokens"]
+        first = [min((r["started_at"], s["label"]) for s in (base, k1, twin) for w in s["windows"] if w["slot"] == slot
+                     for r in w["load"]["requests"])[1] for slot in ("r1w1", "r1w2")]
+        assert first == ["baseline", "k=1"]
+        sent = sorted((r["started_at"], s["label"]) for s in (base, k1, twin) for w in s["windows"]
+                      if w["slot"] == "r1w1" for r in w["load"]["requests"])
+        assert [label for _, label in sent[:6]] == ["baseline", "k=1", "baseline (twin)", "k=1", "baseline (twin)",
+                                                    "baseline"]
+        assert k1["windows"][0]["acceptance"]["acceptance_length"] > 1
+    assert results["handoffs"] == [] and results["schedule"] == schedule
     [row] = [r for r in results["table"] if r["k"] == 1]
     assert row["speedup_method"] == "paired over 2 window slots" and row["windows"] == 2
     assert all(w["load"]["completed"] == 8 and w["load"]["failed"] == 0
@@ -444,4 +459,5 @@ def test_the_interleaved_schedule_serves_every_config_at_once_and_pairs_their_wi
     assert not procfs.listening_ports(set(ports)), "a server's port is still open"
     report = Path(summary.details["report"]).read_text()
     assert summary.details["gate"] == "passed" and "each speedup is paired slot by slot" in report
+    assert f"(schedule {schedule})" in report
     assert "3 servers side by side, the last ready" in report
