@@ -37,6 +37,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from eagle3.bench.alternate import turn_order  # noqa: E402
 from eagle3.bench.repeats import t975  # noqa: E402
 from eagle3.bench.starts import graph_sizes  # noqa: E402
 from eagle3.config import load_config  # noqa: E402
@@ -66,7 +67,7 @@ def order(design: str, bodies: list, names: tuple[str, ...] = ("A", "B")) -> lis
     """The block's requests in the order they are sent: (server, request); each request once to each server."""
     if design == "windows":
         return [(n, b) for n in names for b in bodies]
-    return [(names[(i + j) % len(names)], b) for i, b in enumerate(bodies) for j in range(len(names))]
+    return [(names[j], b) for i, b in enumerate(bodies) for j in turn_order(len(names), i)]
 
 
 async def one_block(clients: dict, bodies: list[dict], design: str) -> dict[str, float]:

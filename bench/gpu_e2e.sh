@@ -234,7 +234,7 @@ PY
     fi
     run_config "$REPO/configs/h200-tiny-online.yaml" "$RESULTS/run-online.log"; rc=$? ;;
   ksweep)
-    # A drafter at the k in KS against the baseline, all at once (schedule interleaved, the baseline's twin
+    # A drafter at the k in KS against the baseline, all at once (schedule alternating, the baseline's twin
     # beside them), at the concurrencies in CONC (default 1), WINDOWS window slots (default 3): each k's
     # step cost measured side by side. The
     # drafter: DRAFTER (a dir), or DRAFTER_PIECES (a dir of d.part* pieces of its model.safetensors, as
@@ -261,7 +261,7 @@ raw.update(name="h200-smollm2-ksweep", run_dir="../runs/h200-smollm2-ksweep")
 bench = raw["bench"]
 bench.pop("max_windows", None)  # exactly WINDOWS slots: a sweep's length is planned against the device time
 bench.update(drafter=drafter, drafter_trained=True, num_speculative_tokens=ks, rounds=1, windows=windows, concurrency=cs,
-             schedule="interleaved", aa_twin=True, parity={"enabled": False})
+             schedule="alternating", aa_twin=True, parity={"enabled": False})
 share = math.floor(90 / (len(ks) + 2)) / 100  # every server of the round at once, within 0.9 of the GPU
 args = bench["server"]["extra_args"]
 args[args.index("--gpu-memory-utilization") + 1] = str(share)
