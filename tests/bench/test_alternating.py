@@ -93,6 +93,10 @@ def test_the_alternating_schedule_sends_each_prompt_to_every_server_in_turn_and_
     assert row["speedup_method"] == "paired over 2 window slots" and row["windows"] == 2
     report = (cfg.phase_dir("bench") / "report.md").read_text()
     assert "schedule alternating" in report
+    # the pack's client keeps each request's chunks, whatever the engine's load generator records: the
+    # watch's per-request acceptance interval has them
+    acc = results["watch"]["figures"][f"k{K}-c1"]["acceptance_length"]
+    assert acc["method"] == f"bootstrap over {2 * PROMPTS} requests (output tokens per streamed chunk)"
 
 
 @pytest.mark.slow
