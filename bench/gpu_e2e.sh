@@ -315,8 +315,9 @@ PY
     DRAFTER_RUN="$REPO/runs/$data" bash "$0" "$RESULTS" drafter-out > "$RESULTS/drafter-out.log" 2>&1
     ckpt=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["checkpoint"])' \
       "$REPO/runs/$data/train/manifest.json" 2>/dev/null)
-    [ -n "$ckpt" ] && [ "$(left)" -gt 300 ] &&
-      DRAFTER="$ckpt" bash "$0" "$RESULTS" alternation > "$RESULTS/alternation.out" 2>&1
+    # Without a drafter (the run failed before training: on 2026-12-05 the preflight refused it and the
+    # probe was skipped) the probe still measures the A/A pair.
+    [ "$(left)" -gt 300 ] && DRAFTER="$ckpt" bash "$0" "$RESULTS" alternation > "$RESULTS/alternation.out" 2>&1
     [ "$(left)" -gt 240 ] && bash "$0" "$RESULTS" client > "$RESULTS/client.out" 2>&1
     [ "$(left)" -gt 90 ] && startup_probe
     event "\"ended\": true, \"rc\": $rc, \"run\": \"$data\""
