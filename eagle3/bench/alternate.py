@@ -29,13 +29,15 @@ def turn_order(servers: int, turn: int) -> list[int]:
 
 
 async def run_slot(urls: list[str], api_key: str | None, payloads: list[dict], concurrency: int,
-                   first_turn: int = 0) -> tuple[list[list[TimedChat]], list[float]]:
+                   first_turn: int = 0, hang_timeout_s: float = 600.0) -> tuple[list[list[TimedChat]], list[float]]:
     """Every payload once to every server, `concurrency` at a time, the servers taking turns.
-    Returns each server's requests and the seconds its turns took (its window's duration)."""
+    Returns each server's requests and the seconds its turns took (its window's duration). A server
+    that sends nothing for hang_timeout_s fails the slot."""
     done: list[list[TimedChat]] = [[] for _ in urls]
     busy = [0.0] * len(urls)
     async with contextlib.AsyncExitStack() as stack:
-        clients = [await stack.enter_async_context(OpenAIClient(u, api_key=api_key, max_connections=concurrency))
+        clients = [await stack.enter_async_context(OpenAIClient(u, api_key=api_key, max_connections=concurrency,
+                                                                    read_timeout_s=hang_timeout_s))
                    for u in urls]
         for turn, start in enumerate(range(0, len(payloads), concurrency)):
             group = payloads[start:start + concurrency]

@@ -271,7 +271,8 @@ def measure_alternating_slot(cfg: PipelineConfig, servers: list[BenchServer], te
         before = [_snapshot(cfg, s.url, s.k) for s in servers]
         started = time.time()
         try:
-            done, busy = run_coroutine(alternate.run_slot([s.url for s in servers], key, payloads, c, first_turn))
+            done, busy = run_coroutine(alternate.run_slot([s.url for s in servers], key, payloads, c, first_turn,
+                                                           cfg.bench.server.hang_timeout_s))
         except Exception as e:
             for s in servers:
                 s.proc.check_alive()  # a dead server explains a failed request better (and is retryable)

@@ -115,3 +115,39 @@ def test_a_timed_streamed_request_on_real_vllm(vllm_server):
     assert r.output_tokens == 8 and r.prompt_tokens > 0
     assert 0 < r.ttft_ms < r.latency_ms and r.tpot_ms > 0
     assert r.chunks == 8
+
+
+def test_a_server_that_stops_sending_fails_the_slot_within_its_hang_timeout():
+    """A stream that starts and then goes silent: the slot fails after hang_timeout_s of silence
+    instead of waiting on the socket (the client's default read timeout is 10 minutes)."""
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    release = threading.Event()
+
+    class Silent(BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            self.wfile.write(b'data: {"choices": [{"index": 0, "delta": {"content": "a"}}]}\n\n')
+            self.wfile.flush()
+            release.wait(30)
+
+        def log_message(self, *a):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Silent)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(asyncio.TimeoutError):
+            asyncio.run(alternate.run_slot([url], None, [{"model": "m", "messages": []}], 1, hang_timeout_s=0.5))
+        assert time.monotonic() - t0 < 10
+    finally:
+        release.set()
+        server.shutdown()
+        server.server_close()
