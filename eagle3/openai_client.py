@@ -129,6 +129,16 @@ def _retry_after(response: aiohttp.ClientResponse) -> float | None:
         return None  # absent, or an HTTP date: the backoff decides
 
 
+def _rejected(what: str, status: int, text: str) -> PipelineError:
+    """A refusal no retry changes: the key, model or URL (EndpointConfigError), else this request."""
+    body = text[:BODY_SHOWN]
+    if status in CONFIG_STATUSES:
+        hint = {401: "check the server's api_key", 403: "check the api_key and server permissions",
+                404: "check the model name (target.served_name) and the base URL (no /v1 suffix)"}[status]
+        return EndpointConfigError(f"{what}: HTTP {status} ({hint}): {body}", status)
+    return RequestRejected(f"{what}: HTTP {status}: {body}", status, body)
+
+
 class OpenAIClient:
     """One connection pool to one server. `base_url` without /v1, e.g. http://127.0.0.1:8000.
 
@@ -185,12 +195,8 @@ class OpenAIClient:
                         raise InvalidResponse(f"{method} {url}: HTTP {status} with a body that is not JSON: "
                                               f"{text[:BODY_SHOWN]!r}") from None
                 body = text[:BODY_SHOWN]
-                if status in CONFIG_STATUSES:
-                    hint = {401: "check the server's api_key", 403: "check the api_key and server permissions",
-                            404: "check the model name (target.served_name) and the base URL (no /v1 suffix)"}[status]
-                    raise EndpointConfigError(f"{method} {url}: HTTP {status} ({hint}): {body}", status)
-                if status not in RETRY_STATUSES and status < 500:
-                    raise RequestRejected(f"{method} {url}: HTTP {status}: {body}", status, body)
+                if status in CONFIG_STATUSES or (status not in RETRY_STATUSES and status < 500):
+                    raise _rejected(f"{method} {url}", status, text)
                 kind, reason = "http", f"HTTP {status} on {method} {url}: {body}"
             if attempt >= self.retry.max_retries:
                 raise RetriesExhausted(f"gave up after {attempt + 1} attempts; last: {reason}", kind, status, attempt + 1)
@@ -220,8 +226,10 @@ class OpenAIClient:
         async with self._session().post(url, json=body) as response:
             if response.status >= 400:
                 text = await response.text()
-                raise RequestRejected(f"POST {url} (streamed): HTTP {response.status}: {text[:BODY_SHOWN]}",
-                                      response.status, text)
+                if response.status in RETRY_STATUSES or response.status >= 500:  # the server's state, not the request
+                    raise RetriesExhausted(f"POST {url} (streamed, not retried): HTTP {response.status}: "
+                                           f"{text[:BODY_SHOWN]}", "http", response.status, 1)
+                raise _rejected(f"POST {url} (streamed)", response.status, text)
             async for raw in response.content:
                 line = raw.strip()
                 if not line.startswith(b"data:") or line == b"data: [DONE]":

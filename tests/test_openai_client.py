@@ -121,3 +121,18 @@ def test_vllm_reasoning_field_preferred():
     data = {"choices": [{"message": {"content": None, "reasoning": "r1"}, "finish_reason": "length"}]}
     r = parse_chat(data)
     assert (r.content, r.reasoning, r.token_ids, r.completion_tokens) == ("", "r1", None, 0)
+
+
+@pytest.mark.parametrize("status,error,retryable", [(401, EndpointConfigError, False), (400, RequestRejected, False),
+                                                    (503, RetriesExhausted, True), (429, RetriesExhausted, True)])
+def test_a_timed_streamed_request_is_never_retried_and_says_what_its_refusal_means(status, error, retryable):
+    """The benchmark's streamed request (chat_timed): a wrong key or model stays a config error, a bad
+    request a rejection, a busy or failing server a retryable one; one attempt each."""
+    async def go():
+        async with OpenAIClient(srv.url, retry=FAST) as client:
+            return await client.chat_timed({"model": "m", "messages": []})
+
+    with Scripted([(status, {"error": "no"}, {}, 0)]) as srv:
+        with pytest.raises(error) as err:
+            asyncio.run(go())
+    assert len(srv.seen) == 1 and srv.seen[0]["stream"] is True and err.value.retryable is retryable

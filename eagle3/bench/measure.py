@@ -9,13 +9,15 @@ import time
 from pathlib import Path
 from typing import Callable
 
+import aiohttp
+
 from .. import progress
 from ..config import PipelineConfig
 from ..engines import benchclient, engine_registry
 from ..engines.metrics import SpecCounters, Traffic, acceptance, engine_version
 from ..engines.serving import api_key, base_url, start_server
 from ..errors import CommandFailed, ConfigError, TransientError
-from ..openai_client import OpenAIClient, RetryPolicy
+from ..openai_client import InvalidResponse, OpenAIClient, RetryPolicy
 from ..process.services import Process, Supervisor
 from ..phases import run_coroutine
 from . import alternate
@@ -273,7 +275,7 @@ def measure_alternating_slot(cfg: PipelineConfig, servers: list[BenchServer], te
         try:
             done, busy = run_coroutine(alternate.run_slot([s.url for s in servers], key, payloads, c, first_turn,
                                                            cfg.bench.server.hang_timeout_s))
-        except Exception as e:
+        except (aiohttp.ClientError, asyncio.TimeoutError, InvalidResponse, TransientError) as e:  # a 4xx refusal stays one
             for s in servers:
                 s.proc.check_alive()  # a dead server explains a failed request better (and is retryable)
             raise TransientError(f"bench slot {slot}, concurrency {c} (schedule alternating): a request failed: "
