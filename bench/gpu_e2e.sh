@@ -302,7 +302,8 @@ PY
     # the 16k set's train split, default 12,288) for DATA_EPOCHS (default 4), about as many training steps
     # as run6's 4,096 x 10, so the held-out acceptance against run6's says what more (distinct) data alone
     # buys; DATA_TEMPERATURE (default 0, greedy) the data generation's temperature (the issue's other data
-    # lever). The run dir is named after them. Its benchmark: 3 window slots at BENCH_CONC (default 1 4).
+    # lever). The run dir is named after them. Its benchmark: 3 window slots at BENCH_CONC (default 1 4),
+    # in the profile's schedule (alternating) unless BENCH_SCHEDULE says another.
     # Then, as time allows: the drafter back; issue 37's alternation probe with that drafter as a third
     # server (A/A and the speedup, request by request against window blocks); the startup probe.
     data="h200-smollm2-data$(( ${DATA_SAMPLES:-12288} / 1024 ))k-e${DATA_EPOCHS:-4}${DATA_TEMPERATURE:+-t$DATA_TEMPERATURE}"
@@ -310,7 +311,7 @@ PY
       --set datagen.max_samples="${DATA_SAMPLES:-12288}" --set train.epochs="${DATA_EPOCHS:-4}" \
       --set datagen.sampling.temperature="${DATA_TEMPERATURE:-0.0}" \
       --set bench.windows=3 --set bench.max_windows=3 --set "bench.concurrency=[$(echo ${BENCH_CONC:-1 4} | tr ' ' ,)]" \
-      > /dev/null || exit 1
+      ${BENCH_SCHEDULE:+--set bench.schedule=$BENCH_SCHEDULE} > /dev/null || exit 1
     sampled "$REPO/runs/$data" run_config "$REPO/configs/.$data.yaml" "$RESULTS/run-data.log"; rc=$?
     DRAFTER_RUN="$REPO/runs/$data" bash "$0" "$RESULTS" drafter-out > "$RESULTS/drafter-out.log" 2>&1
     ckpt=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["checkpoint"])' \
