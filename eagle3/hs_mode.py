@@ -21,6 +21,7 @@ from pathlib import Path
 from . import handover, managed, owned
 from .config import PipelineConfig
 from .errors import ConfigError
+from .prompts import load_prompts, tokens_at_most
 from .phases.extract_disk import (HEADER_BYTES, Estimate, bytes_per_token, estimate_from_samples, exact_estimate, fmt_bytes)
 
 SPECULATORS_DEFAULT_WORKERS = 12  # speculators train --num-workers default (0.9)
@@ -74,27 +75,19 @@ def offline_estimate(cfg: PipelineConfig) -> Estimate:
     return before_datagen(cfg, per_token)
 
 
-# A chat template's own tokens per conversation (role markers, a default system prompt: SmolLM2's and
-# Llama 3's add 20-40) and per message. Not a bound: the check runs again on phase 1's token counts,
-# and exactly after prepare-data, before any hidden state is written.
-TEMPLATE_TOKENS, TEMPLATE_TOKENS_PER_MESSAGE = 256, 8
-
-
 def before_datagen(cfg: PipelineConfig, per_token: int) -> Estimate:
-    """Before phase 1, from the prompts and the sampling: a row is at most its conversation's UTF-8
-    bytes (a token of a byte-level or byte-fallback vocabulary holds at least one byte), the template's
-    tokens and datagen.sampling.max_tokens of answer, capped at extract.seq_length; prepare-data makes
-    one row per assistant turn. Every sample at seq_length, as before, overstated a 256-token profile's
-    8,192 samples 3.5x, and its preflight refused a run that fitted (bench/RESULTS.md, 2026-12-05)."""
-    from .prompts import load_prompts
-
-    seq, answer = cfg.extract.seq_length, cfg.datagen.sampling.max_tokens
+    """Before phase 1, from the prompts and the sampling: each row at most its conversation's bytes, the
+    template and datagen.sampling.max_tokens (prompts.tokens_at_most), capped at extract.seq_length;
+    prepare-data makes one row per assistant turn. Not a bound the phase relies on: the check runs again
+    on phase 1's token counts, and exactly after prepare-data, before any hidden state is written. Every
+    sample at seq_length, as before, overstated a 256-token profile's 8,192 samples 3.5x, and its
+    preflight refused a run that fitted (bench/RESULTS.md, 2026-12-05)."""
     rows = tokens = 0
     for prompt in load_prompts(cfg.datagen.prompts, cfg.datagen.max_samples, skip_invalid=True).prompts:
         text = sum(len(str(m.get("content") or "").encode()) for m in prompt.messages)
-        row = min(seq, text + TEMPLATE_TOKENS + TEMPLATE_TOKENS_PER_MESSAGE * (len(prompt.messages) + 1) + answer)
         turns = 1 + sum(m.get("role") == "assistant" for m in prompt.messages)
-        rows, tokens = rows + turns, tokens + turns * row
+        rows += turns
+        tokens += turns * tokens_at_most(text, cfg.datagen.sampling.max_tokens, cfg.extract.seq_length)
     return Estimate(rows, tokens, per_token, tokens * per_token + rows * HEADER_BYTES, 0, exact=False,
                     basis="prompts and datagen.sampling.max_tokens")
 

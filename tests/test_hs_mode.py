@@ -12,6 +12,7 @@ from eagle3.errors import ConfigError
 from eagle3.doctor import FAIL, PASS, check_disk
 from eagle3.phases.extract_disk import HEADER_BYTES, exact_estimate
 from eagle3.layout import RunLayout
+from eagle3.prompts import TEMPLATE_TOKENS
 
 GIB = 2**30
 
@@ -175,10 +176,10 @@ def test_before_datagen_a_sample_is_its_prompt_bytes_the_template_and_max_tokens
     prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
     cfg = make_config({"datagen": {"prompts": str(prompts), "sampling": {"max_tokens": 100}},
                        "extract": {"seq_length": 2048}}, check_files=False)
-    t, m = hs_mode.TEMPLATE_TOKENS, hs_mode.TEMPLATE_TOKENS_PER_MESSAGE
+    t = TEMPLATE_TOKENS
     est = hs_mode.offline_estimate(cfg)
     assert est.rows == 1 + 2 + 1 and not est.exact and est.upper_bound_rows == 0
-    assert est.tokens == (10 + t + 2 * m + 100) + 2 * (15 + t + 4 * m + 100) + 2048
+    assert est.tokens == (10 + t + 100) + 2 * (15 + t + 100) + 2048
     assert "estimated from prompts and datagen.sampling.max_tokens" in est.describe()
     # a longer answer is capped at seq_length like the long prompt
     longer = make_config({"datagen": {"prompts": str(prompts), "sampling": {"max_tokens": 4000}},

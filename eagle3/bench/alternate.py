@@ -2,9 +2,10 @@
 
 At concurrency c the slot's prompts go out c at a time: each turn sends the same c prompts to every
 server in turn, the first server rotating from turn to turn, so that every server meets the machine
-within the same second as the others. On one H100 (bench/RESULTS.md, 2026-12-05) a host-bound 135 M
-target's speed moved by 8-16 % in levels lasting seconds; an A/A pair's interval came to ±1.98 % this
-way against ±5.48 % in blocks of 8 requests, over the same requests. Each server's share of a slot
+within the same second as the others. On the H200 a host-bound 135 M target's speed moved by 8-16 % in
+levels lasting seconds (run6); on one H100 an A/A pair's interval came to ±1.98 % this way against
+±5.48 % in blocks of 8 requests, over the same requests (bench/alternation_probe.py, one run:
+bench/RESULTS.md, 2026-12-05). Each server's share of a slot
 becomes one window in the load generator's vocabulary (benchclient.LoadResult), with its requests, so
 the rest of the phase (pairing by slot, intervals, verdicts) is the same as for the other schedules.
 """
@@ -29,7 +30,7 @@ def turn_order(servers: int, turn: int) -> list[int]:
 
 
 async def run_slot(urls: list[str], api_key: str | None, payloads: list[dict], concurrency: int,
-                   first_turn: int = 0, hang_timeout_s: float = 600.0) -> tuple[list[list[TimedChat]], list[float]]:
+                   hang_timeout_s: float = 600.0) -> tuple[list[list[TimedChat]], list[float]]:
     """Every payload once to every server, `concurrency` at a time, the servers taking turns.
     Returns each server's requests and the seconds its turns took (its window's duration). A server
     that sends nothing for hang_timeout_s fails the slot."""
@@ -41,7 +42,7 @@ async def run_slot(urls: list[str], api_key: str | None, payloads: list[dict], c
                    for u in urls]
         for turn, start in enumerate(range(0, len(payloads), concurrency)):
             group = payloads[start:start + concurrency]
-            for i in turn_order(len(urls), first_turn + turn):
+            for i in turn_order(len(urls), turn):
                 t0 = time.perf_counter()
                 done[i] += await asyncio.gather(*(clients[i].chat_timed(p) for p in group))
                 busy[i] += time.perf_counter() - t0
@@ -68,8 +69,8 @@ def load_result(requests: list[TimedChat], seconds: float, raw_file: Path) -> Lo
              "chunks": r.chunks, "started_at": r.started_at} for r in requests]
     atomic_write_json(raw_file, {"duration_s": seconds, "requests": rows})
     seconds = max(seconds, 1e-9)
-    return LoadResult(completed=len(requests), failed=0, duration_s=round(seconds, 4), total_input_tokens=sum(r.prompt_tokens for r in requests),
-                      total_output_tokens=tokens, request_throughput=round(len(requests) / seconds, 4),
+    return LoadResult(completed=len(requests), failed=0, duration_s=round(seconds, 4),
+                      total_input_tokens=sum(r.prompt_tokens for r in requests), total_output_tokens=tokens, request_throughput=round(len(requests) / seconds, 4),
                       output_throughput=round(tokens / seconds, 3), mean_ttft_ms=_mean(ttft),
                       median_ttft_ms=_pct(ttft, 0.5), p99_ttft_ms=_pct(ttft, 0.99), mean_tpot_ms=_mean(tpot),
                       median_tpot_ms=_pct(tpot, 0.5), p99_tpot_ms=_pct(tpot, 0.99), mean_itl_ms=None,

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import math
 
-# A chat template's own tokens around one user message, its system prompt included: at most this many.
-TEMPLATE_TOKENS = 256
+from ..prompts import tokens_at_most
+
 BLOCK_TOKENS = 16  # vLLM's default block size: each sequence's last block may be mostly empty
 DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2}
 
@@ -63,15 +63,13 @@ def dtype_bytes(dtype: str, config: dict) -> int:
 def kv_cache_bytes(target: dict, dtype: str, drafter: dict | None, max_model_len: int, concurrency: int,
                    longest_prompt_bytes: int, max_tokens: int, k: int) -> int | None:
     """The KV cache, in bytes, of a benchmark server (a drafter's layers share it; k speculative tokens
-    are looked ahead per sequence); None where an attention shape is unknown.
-
-    A prompt of n UTF-8 bytes is at most n tokens: a token of a byte-level tokenizer covers one byte or
-    more."""
+    are looked ahead per sequence); None where an attention shape is unknown. The longest request is
+    bounded by its prompt's bytes (prompts.tokens_at_most)."""
     per_token = elements_per_token(target)
     extra = elements_per_token(drafter) if drafter is not None else 0
     if per_token is None or extra is None:
         return None
-    sequence = min(max_model_len, longest_prompt_bytes + TEMPLATE_TOKENS + max_tokens) + k + 1 + BLOCK_TOKENS
+    sequence = tokens_at_most(longest_prompt_bytes, max_tokens, max_model_len) + k + 1 + BLOCK_TOKENS
     tokens = max(max_model_len + BLOCK_TOKENS, concurrency * sequence)
     tokens = 1 << math.ceil(math.log2(tokens))
     return tokens * (per_token + extra) * dtype_bytes(dtype, target)

@@ -261,7 +261,7 @@ class BenchServer:
 
 
 def measure_alternating_slot(cfg: PipelineConfig, servers: list[BenchServer], texts: list[str], c: int, repeat: int,
-                             slot: str, first_turn: int = 0) -> None:
+                             slot: str) -> None:
     """bench.schedule alternating: one window slot at concurrency c, every prompt of `texts` to every
     server, the servers taking turns c requests at a time (alternate.py), between two counter snapshots
     of each. A slot in which any server's own counts disagree with what it was sent held other traffic:
@@ -273,9 +273,10 @@ def measure_alternating_slot(cfg: PipelineConfig, servers: list[BenchServer], te
         before = [_snapshot(cfg, s.url, s.k) for s in servers]
         started = time.time()
         try:
-            done, busy = run_coroutine(alternate.run_slot([s.url for s in servers], key, payloads, c, first_turn,
+            done, busy = run_coroutine(alternate.run_slot([s.url for s in servers], key, payloads, c,
                                                            cfg.bench.server.hang_timeout_s))
-        except (aiohttp.ClientError, asyncio.TimeoutError, InvalidResponse, TransientError) as e:  # a 4xx refusal stays one
+        # a 4xx (the key, the model, the request) stays what it is; the rest is the servers' state
+        except (aiohttp.ClientError, asyncio.TimeoutError, InvalidResponse, TransientError) as e:
             for s in servers:
                 s.proc.check_alive()  # a dead server explains a failed request better (and is retryable)
             raise TransientError(f"bench slot {slot}, concurrency {c} (schedule alternating): a request failed: "
@@ -285,8 +286,8 @@ def measure_alternating_slot(cfg: PipelineConfig, servers: list[BenchServer], te
             s.proc.check_alive()
             raw = s.paths.clients / f"{slug(s.label)}-{slot}-c{c}.json"
             load = alternate.load_result(requests, seconds, raw)
-            w, foreign = _window_record(cfg, s.url, s.label, s.k, c, load, snap, _snapshot(cfg, s.url, s.k, before=False),
-                                        started)
+            after = _snapshot(cfg, s.url, s.k, before=False)
+            w, foreign = _window_record(cfg, s.url, s.label, s.k, c, load, snap, after, started)
             windows.append(w)
             if foreign:
                 why.append(f"{s.label}: {foreign}")

@@ -75,22 +75,22 @@ class Bench(PhaseSettings):
         "`alternating`: the servers of `interleaved`, but within each window slot they take turns request by "
         "request (at concurrency c, c requests at a time), the first of each turn rotating, so all meet the "
         "machine within the same second; the pack's own streaming client sends them (not the engine's load "
-        "generator). On one H100 an A/A pair's interval was ±1.98 % this way against ±5.48 % in window blocks "
-        "over the same requests (bench/RESULTS.md, 2026-12-05)."))
+        "generator). On one H100, real SmolLM2 target, 160 held-out requests per server, an A/A pair's interval "
+        "was ±1.98 % this way against ±5.48 % in blocks of 8 requests (one probe run, bench/RESULTS.md, 2026-12-05)."))
     max_windows: int | None = Field(None, ge=2, le=50, description=(
-        "With schedule interleaved or alternating: keep adding window slots after `windows` until every speedup's 95 % interval "
-        "is decided (wholly above or below 1) or within ±`target_halfwidth_pct`, and the baseline twin's within "
+        "With schedule interleaved or alternating: keep adding window slots after `windows` until every "
+        "speedup's 95 % interval is decided (wholly above or below 1) or within ±`target_halfwidth_pct`, and the baseline twin's within "
         "it, at every concurrency; at most this many slots. Unset: exactly `windows`. Cost: up to "
         "(max_windows - windows) more slots, each one window per server per concurrency."))
     target_halfwidth_pct: float = Field(3.0, gt=0, le=50, description=(
         "With `max_windows`: the half-width, in percent, at which a paired speedup's interval is narrow enough."))
     aa_twin: bool = Field(False, description=(
-        "With schedule interleaved or alternating: a second baseline server beside the others, measured in every window slot "
-        "like them. Its paired ratio to the baseline is an A/A check in every run (it must show no change), and "
+        "With schedule interleaved or alternating: a second baseline server beside the others, measured in "
+        "every window slot like them. Its paired ratio to the baseline is an A/A check in every run (it must show no change), and "
         "that interval's half-width is the machine's noise floor for a paired speedup. Cost: one more server."))
     start_servers: Literal["one_by_one", "side_by_side"] | None = Field(None, description=(
-        "With schedule interleaved or alternating: how a round's servers start. `side_by_side`: all at once, the baseline's twin "
-        "as soon as the baseline is ready (so that it reuses the baseline's compile cache), each with a KV cache "
+        "With schedule interleaved or alternating: how a round's servers start. `side_by_side`: all at once, "
+        "the baseline's twin as soon as the baseline is ready (so that it reuses the baseline's compile cache), each with a KV cache "
         "the pack sizes for the benchmark's own requests (vLLM's --kv-cache-memory-bytes): an engine that sizes "
         "it by profiling at start would count the other servers' memory as its own. A round then starts in about "
         "its slowest server's time instead of the sum of all. `one_by_one`: in turn. Unset: side_by_side where "

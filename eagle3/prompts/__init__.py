@@ -30,6 +30,15 @@ TURN_KEYS = ("conversations", "messages")
 MAX_SHOWN = 20
 
 
+# A chat template's own tokens around a conversation, its system prompt included: at most this many.
+TEMPLATE_TOKENS = 256
+
+
+def tokens_at_most(prompt_bytes: int, answer_tokens: int, cap: int) -> int:
+    """The most tokens one request can take: a prompt of n UTF-8 bytes is at most n tokens (a token of a
+    byte-level or byte-fallback vocabulary covers one byte or more), the template's, the answer; at most cap."""
+    return min(cap, prompt_bytes + TEMPLATE_TOKENS + answer_tokens)
+
 @dataclass(frozen=True)
 class Prompt:
     id: str

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from eagle3.bench.kv_budget import TEMPLATE_TOKENS, dtype_bytes, elements_per_token, kv_cache_bytes
+from eagle3.bench.kv_budget import dtype_bytes, elements_per_token, kv_cache_bytes
+from eagle3.prompts import TEMPLATE_TOKENS
 
 REPO = Path(__file__).resolve().parents[2]
 # SmolLM2-135M-Instruct's attention, as `eagle3 make-model smollm2` writes it (the GPU profile's target).
