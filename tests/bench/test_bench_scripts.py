@@ -22,7 +22,7 @@ SMOKED = {"datagen_vs_vllm_bench.py", "datagen_client_split.py", "handoff_bench.
           "parity_probe.py", "record_bench_history.py", "gpu_e2e_record.py",  # gpu_e2e_record: tests/bench/test_gpu_record.py
           "fanout_bench.py", "first_phase_bench.py", "one_server_probe.py", "noise_sampler.py",
           "startup_probe.py", "modelinfo_share_bench.py", "side_by_side_bench.py", "drafter_acceptance.py",
-          "draft_vocab_coverage.py", "derive_profile.py", "alternation_probe.py"}  # derive_profile: tests/bench/test_derive_profile.py; fanout_bench: tests/flows/test_fanout.py, on that test's two nodes
+          "draft_vocab_coverage.py", "derive_profile.py", "alternation_probe.py", "pack_aa_bench.py"}  # derive_profile: tests/bench/test_derive_profile.py; fanout_bench: tests/flows/test_fanout.py, on that test's two nodes
 SHELL = {"gpu_carry.sh", "gpu_e2e.sh", "gpu_pack_deps.sh", "gpu_sglang.sh", "gpu_sglang_deps.sh", "gpu_wait.sh",
          "run_on_gpu.sh"}
 engine = [pytest.mark.slow, pytest.mark.engine]
@@ -148,6 +148,15 @@ def test_drafter_acceptance_smoke(smollm2_model):
     """The real target with a random drafter at k=1, through `eagle3 run --only bench`."""
     res = _script("drafter_acceptance.py", "--smoke", timeout=500)
     assert "k=1: acceptance length" in res.stdout and "per position" in res.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.engine
+def test_pack_aa_bench_smoke(smollm2_model):
+    """Each schedule's A/A config, derived from the demo's, passes `eagle3 validate` (the servers' runs
+    are tests/phases/test_bench.py's interleaved/alternating test, with the twin)."""
+    res = _script("pack_aa_bench.py", "--smoke", timeout=120)
+    assert res.stdout.count(": valid") == 2 and "interleaved" in res.stdout and "alternating" in res.stdout
 
 
 @pytest.mark.slow
