@@ -57,6 +57,22 @@ class InvalidResponse(PipelineError):
     """A 2xx reply that is not the JSON shape the endpoint promises."""
 
 
+def _stream_chunk(url: str, line: bytes) -> dict:
+    """One `data:` line of a streamed completion as its JSON object. A server that fails mid-stream
+    still answered 200, so it says so in a chunk of its own (vLLM: {"error": {...}}, older builds
+    {"object": "error", ...}): that, or a line that is not a JSON object, ends the request."""
+    try:
+        chunk = json.loads(line[5:])
+    except ValueError:
+        chunk = None
+    if not isinstance(chunk, dict):
+        raise InvalidResponse(f"POST {url} (streamed): a chunk that is not a JSON object: {line[:BODY_SHOWN]!r}")
+    if chunk.get("error") or chunk.get("object") == "error":
+        raise InvalidResponse(f"POST {url} (streamed): the server ended the stream with an error: "
+                              f"{json.dumps(chunk)[:BODY_SHOWN]}")
+    return chunk
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     max_retries: int = 5
@@ -234,7 +250,7 @@ class OpenAIClient:
                 line = raw.strip()
                 if not line.startswith(b"data:") or line == b"data: [DONE]":
                     continue
-                chunk = json.loads(line[5:])
+                chunk = _stream_chunk(url, line)
                 usage = chunk.get("usage") or usage
                 if any((c.get("delta") or {}).get("content") for c in chunk.get("choices") or ()):
                     chunks += 1

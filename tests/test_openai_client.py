@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from eagle3.openai_client import (EndpointConfigError, OpenAIClient, RequestRejected, RetriesExhausted, RetryPolicy, parse_chat)
+from eagle3.openai_client import (EndpointConfigError, InvalidResponse, OpenAIClient, RequestRejected, RetriesExhausted, RetryPolicy, parse_chat)
 
 CHAT_OK = {"model": "m", "choices": [{"message": {"role": "assistant", "content": "hi", "reasoning_content": "think"},
                                       "finish_reason": "stop", "token_ids": [5, 6]}],
@@ -36,7 +36,7 @@ class Scripted:
                 outer.seen.append(json.loads(self.rfile.read(length) or b"null"))
                 status, body, headers, delay = outer.script[min(len(outer.seen), len(outer.script)) - 1]
                 time.sleep(delay)
-                data = json.dumps(body).encode()
+                data = body if isinstance(body, bytes) else json.dumps(body).encode()  # bytes: sent as they are
                 self.send_response(status)
                 for k, v in headers.items():
                     self.send_header(k, v)
@@ -136,3 +136,38 @@ def test_a_timed_streamed_request_is_never_retried_and_says_what_its_refusal_mea
         with pytest.raises(error) as err:
             asyncio.run(go())
     assert len(srv.seen) == 1 and srv.seen[0]["stream"] is True and err.value.retryable is retryable
+
+
+def _sse(*chunks) -> bytes:
+    return b"".join(b"data: " + (c if isinstance(c, bytes) else json.dumps(c).encode()) + b"\n\n" for c in chunks)
+
+
+CONTENT = {"choices": [{"delta": {"content": "a"}}]}
+USAGE = {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2}}
+
+
+@pytest.mark.parametrize("bad,shown", [({"error": {"message": "engine dead", "code": 500}}, "engine dead"),
+                                       ({"object": "error", "message": "engine dead"}, "engine dead"),
+                                       (b"{not json", "not a JSON object"), (b"[1, 2]", "not a JSON object")])
+def test_a_timed_stream_that_fails_mid_way_is_an_invalid_response_naming_what_came(bad, shown):
+    """A server that fails after its 200 can only say so in the stream: an error chunk, or garbage, is
+    a failed request that names what came, never a JSON traceback or a request counted as done."""
+    async def go():
+        async with OpenAIClient(srv.url, retry=FAST) as client:
+            return await client.chat_timed({"model": "m", "messages": []})
+
+    with Scripted([(200, _sse(CONTENT, bad, USAGE, b"[DONE]"), {"content-type": "text/event-stream"}, 0)]) as srv:
+        with pytest.raises(InvalidResponse, match=shown):
+            asyncio.run(go())
+    assert len(srv.seen) == 1
+
+
+def test_a_timed_stream_counts_its_content_chunks_and_tokens_from_usage():
+    async def go():
+        async with OpenAIClient(srv.url, retry=FAST) as client:
+            return await client.chat_timed({"model": "m", "messages": []})
+
+    with Scripted([(200, _sse(CONTENT, CONTENT, USAGE, b"[DONE]"), {"content-type": "text/event-stream"}, 0)]) as srv:
+        timed = asyncio.run(go())
+    assert (timed.output_tokens, timed.prompt_tokens, timed.chunks) == (2, 3, 2)
+    assert 0 <= timed.ttft_ms <= timed.latency_ms
