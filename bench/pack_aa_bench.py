@@ -10,6 +10,8 @@ compared), served at k=1 beside them, so three servers share the machine as in a
 
     .venv/bin/python bench/pack_aa_bench.py --out bench/results/pack-aa-cpu-DATE.json
     .venv/bin/python bench/pack_aa_bench.py --smoke   # CI: each schedule's config validated; no server started
+    .venv/bin/python bench/pack_aa_bench.py --idle bench/results/pack-aa-cpu-DATE/results-*.json
+        # each request's TTFT by how long its server had been idle before it (every request is in results.json)
 """
 
 from __future__ import annotations
@@ -75,6 +77,30 @@ def run_once(schedule: str, drafter: Path, args, keep: Path | None, rep: int) ->
             "engine_version": results.get("engine_version")}
 
 
+IDLE_BINS = ((0, 0.5), (0.5, 1), (1, 1.5), (1.5, 2), (2, 3), (3, 10), (10, float("inf")))
+
+
+def ttft_by_idle(results: dict, slow_ms: float = 500) -> list[dict]:
+    """Every measured request of a bench results.json, binned by how long its server had been idle
+    since its own previous request ended: the median TTFT and the share above slow_ms per bin. The
+    first request of each server has no idle time and is left out, and so is every request without
+    its start time (vLLM's load generator, schedule interleaved, gives none: only the pack's client does)."""
+    rows = []
+    for server in results["servers"]:
+        requests = sorted((q for w in server["windows"] for q in w["load"]["requests"] if "started_at" in q),
+                          key=lambda q: q["started_at"])
+        for prev, q in zip(requests, requests[1:]):
+            rows.append((q["started_at"] - (prev["started_at"] + prev["latency_ms"] / 1000), q["ttft_ms"]))
+    out = []
+    for lo, hi in IDLE_BINS:
+        ttft = [t for idle, t in rows if lo <= idle < hi]
+        if ttft:
+            out.append({"idle_s": [lo, hi if hi != float("inf") else None], "n": len(ttft),
+                        "median_ttft_ms": round(statistics.median(ttft), 1),
+                        "share_slow": round(sum(t > slow_ms for t in ttft) / len(ttft), 2)})
+    return out
+
+
 def summary(runs: list[dict], schedules: list[str]) -> dict:
     out = {}
     for s in schedules:
@@ -98,7 +124,17 @@ def main() -> int:
     ap.add_argument("--concurrency", type=int, default=1)
     ap.add_argument("--out", type=Path)
     ap.add_argument("--smoke", action="store_true", help="validate each schedule's config (`eagle3 validate`) and stop")
+    ap.add_argument("--idle", type=Path, nargs="+", help="results.json files: print TTFT by idle time, measure nothing")
     args = ap.parse_args()
+    if args.idle:
+        for path in args.idle:
+            rows = ttft_by_idle(json.loads(path.read_text()))
+            if not rows:
+                print(f"{path.name}: no request carries its start time (the load generator's windows)")
+            for row in rows:
+                print(f"{path.name}: idle {row['idle_s'][0]}-{row['idle_s'][1] or 'more'} s: n={row['n']}, "
+                      f"median TTFT {row['median_ttft_ms']} ms, share over 500 ms {row['share_slow']}")
+        return 0
     if args.smoke:
         drafter = REPO / "tests" / "fixtures" / "eagle3-tiny" / "drafter-trained"  # any dir: only validated
         configs = [config_for(s, drafter, args) for s in args.schedules]

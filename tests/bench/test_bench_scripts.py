@@ -22,7 +22,8 @@ SMOKED = {"datagen_vs_vllm_bench.py", "datagen_client_split.py", "handoff_bench.
           "parity_probe.py", "record_bench_history.py", "gpu_e2e_record.py",  # gpu_e2e_record: tests/bench/test_gpu_record.py
           "fanout_bench.py", "first_phase_bench.py", "one_server_probe.py", "noise_sampler.py",
           "startup_probe.py", "modelinfo_share_bench.py", "side_by_side_bench.py", "drafter_acceptance.py",
-          "draft_vocab_coverage.py", "derive_profile.py", "alternation_probe.py", "pack_aa_bench.py"}  # derive_profile: tests/bench/test_derive_profile.py; fanout_bench: tests/flows/test_fanout.py, on that test's two nodes
+          "draft_vocab_coverage.py", "derive_profile.py", "alternation_probe.py", "pack_aa_bench.py",
+          "idle_ttft_probe.py"}  # derive_profile: tests/bench/test_derive_profile.py; fanout_bench: tests/flows/test_fanout.py, on that test's two nodes
 SHELL = {"gpu_carry.sh", "gpu_e2e.sh", "gpu_pack_deps.sh", "gpu_sglang.sh", "gpu_sglang_deps.sh", "gpu_wait.sh",
          "run_on_gpu.sh"}
 engine = [pytest.mark.slow, pytest.mark.engine]
@@ -148,6 +149,24 @@ def test_drafter_acceptance_smoke(smollm2_model):
     """The real target with a random drafter at k=1, through `eagle3 run --only bench`."""
     res = _script("drafter_acceptance.py", "--smoke", timeout=500)
     assert "k=1: acceptance length" in res.stdout and "per position" in res.stdout
+
+
+def test_pack_aa_bench_bins_each_request_by_its_own_servers_idle_time():
+    """Idle time is since the same server's previous request ended (not another server's); a server's
+    first request, and rows without a start time (the load generator's), are left out."""
+    sys.path.insert(0, str(REPO / "bench"))
+    import pack_aa_bench
+
+    def req(start, latency_ms, ttft):
+        return {"started_at": start, "latency_ms": latency_ms, "ttft_ms": ttft}
+
+    results = {"servers": [
+        {"windows": [{"load": {"requests": [req(0.0, 1000, 70), req(2.2, 1000, 1000), req(3.2, 1000, 60)]}}]},
+        {"windows": [{"load": {"requests": [req(1.0, 1000, 80), req(7.0, 500, 90), {"ttft_ms": 5, "latency_ms": 9}]}}]}]}
+    bins = {tuple(r["idle_s"]): (r["n"], r["median_ttft_ms"], r["share_slow"])
+            for r in pack_aa_bench.ttft_by_idle(results)}
+    # server 0: idle 1.2 s then 0.0 s; server 1: idle 5.0 s
+    assert bins == {(0, 0.5): (1, 60.0, 0.0), (1, 1.5): (1, 1000.0, 1.0), (3, 10): (1, 90.0, 0.0)}
 
 
 @pytest.mark.slow
@@ -308,3 +327,25 @@ def test_the_gpu_engine_wrappers_keep_the_client_auth_dir_and_drop_the_pack_s_si
     assert path.index(str(CLIENT_AUTH_DIR)) < path.index(str(site / "engine"))
     assert str(site / "pack") not in path and str(tmp_path) not in path
     assert custom.startswith(str(CLIENT_AUTH_DIR))  # the sitecustomize that adds the key is the one loaded
+
+
+@pytest.mark.slow
+@pytest.mark.engine
+def test_idle_ttft_probe_measures_each_gap_alone_and_after_the_neighbour(vllm_server):
+    """The probe's measurement against the session's shared server, which here plays the neighbour too
+    (main starts its own servers as bench/alternation_probe.py does): every planned request is timed
+    once, the neighbour's are not counted, and the summary keeps gap and neighbour apart."""
+    import asyncio
+
+    sys.path.insert(0, str(REPO / "bench"))
+    import idle_ttft_probe as probe
+
+    body = {"model": "tiny-llama", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
+            "temperature": 0.0, "ignore_eos": True}
+    plan = [(0.0, False), (0.2, True), (0.0, True), (0.2, False), (0.2, False)]
+    rows = asyncio.run(probe.measure(vllm_server.base_url, vllm_server.key, [body], plan, vllm_server.base_url))
+    assert [(r["gap_s"], r["after_neighbour"]) for r in rows] == plan
+    assert all(r["output_tokens"] == 4 and 0 < r["ttft_ms"] <= r["latency_ms"] for r in rows)
+    summary = probe.by_gap(rows)
+    assert [(s["gap_s"], s["after_neighbour"], s["n"]) for s in summary] == [
+        (0.0, False, 1), (0.0, True, 1), (0.2, False, 2), (0.2, True, 1)]
