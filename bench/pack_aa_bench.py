@@ -29,29 +29,22 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
-import yaml  # noqa: E402
-
+from derive_profile import derive  # noqa: E402
 from eagle3.fsio import atomic_write_json  # noqa: E402
-from eagle3.safe_yaml import load as load_yaml  # noqa: E402
 
 BASE = REPO / "configs" / "smollm2-cpu.yaml"
 
 
 def config_for(schedule: str, drafter: Path, args) -> Path:
-    """The demo's config with the benchmark set for an A/A check under `schedule`; written beside
-    BASE, so that its relative paths hold."""
-    raw = load_yaml(BASE.read_text(), str(BASE))
-    name = f"smollm2-cpu-pack-aa-{schedule}"
-    raw.update(name=name, run_dir=f"../runs/{name}")
-    raw["bench"].update(drafter=str(drafter.resolve()), drafter_trained=False, num_speculative_tokens=[1],
-                        concurrency=[args.concurrency], windows=args.windows, num_prompts=args.prompts,
-                        max_tokens=args.max_tokens, ignore_eos=True, warmup_prompts=2, schedule=schedule,
-                        aa_twin=True, parity={"enabled": False}, watch={"enabled": False})
-    path = REPO / "configs" / f".{name}.yaml"
-    path.write_text(yaml.safe_dump(raw, sort_keys=False))
-    return path
+    """The demo's config with the benchmark set for an A/A check under `schedule`, derived beside BASE
+    (bench/derive_profile.py: validated, written atomically, its relative paths kept)."""
+    sets = {"drafter": json.dumps(str(drafter.resolve())), "drafter_trained": "false", "num_speculative_tokens": "[1]",
+            "concurrency": f"[{args.concurrency}]", "windows": args.windows, "num_prompts": args.prompts,
+            "max_tokens": args.max_tokens, "ignore_eos": "true", "warmup_prompts": 2, "schedule": schedule,
+            "aa_twin": "true", "parity": "{enabled: false}", "watch": "{enabled: false}"}
+    return derive(BASE, f"smollm2-cpu-pack-aa-{schedule}", [f"bench.{k}={v}" for k, v in sets.items()])
 
 
 def run_once(schedule: str, drafter: Path, args, keep: Path | None, rep: int) -> dict:

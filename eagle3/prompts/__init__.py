@@ -39,6 +39,7 @@ def tokens_at_most(prompt_bytes: int, answer_tokens: int, cap: int) -> int:
     byte-level or byte-fallback vocabulary covers one byte or more), the template's, the answer; at most cap."""
     return min(cap, prompt_bytes + TEMPLATE_TOKENS + answer_tokens)
 
+
 @dataclass(frozen=True)
 class Prompt:
     id: str
