@@ -107,7 +107,10 @@ class TimedChat:
     ttft_ms: float     # the first chunk with content
     latency_ms: float  # the stream's end
     started_at: float  # epoch seconds
-    chunks: int        # chunks with content: a speculative server sends each step's tokens in one
+    # Chunks with content. A speculative server sends each verify step's tokens in one; a server that
+    # gets ahead of its client merges pending pieces too (vLLM's RequestOutputCollector), so this is
+    # at most output_tokens, and one per token only while the client keeps up.
+    chunks: int
 
     @property
     def tpot_ms(self) -> float | None:

@@ -65,8 +65,10 @@ def load_result(requests: list[TimedChat], seconds: float, raw_file: Path) -> Lo
     tokens = sum(r.output_tokens for r in requests)
     ttft = [r.ttft_ms for r in requests]
     tpot = [r.tpot_ms for r in requests if r.tpot_ms is not None]
+    # chunks: the pieces after the first token, as vLLM's load generator counts them (its inter-token
+    # gaps), so that output tokens per chunk means the same from either client
     rows = [{"output_tokens": r.output_tokens, "ttft_ms": r.ttft_ms, "latency_ms": r.latency_ms,
-             "chunks": r.chunks, "started_at": r.started_at} for r in requests]
+             "chunks": max(0, r.chunks - 1), "started_at": r.started_at} for r in requests]
     atomic_write_json(raw_file, {"duration_s": seconds, "requests": rows})
     seconds = max(seconds, 1e-9)
     return LoadResult(completed=len(requests), failed=0, duration_s=round(seconds, 4),

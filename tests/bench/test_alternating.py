@@ -37,7 +37,8 @@ def test_a_servers_share_of_a_slot_is_a_window_in_the_load_generators_vocabulary
     assert load.output_throughput == 42.0 and load.duration_s == 0.5
     assert load.mean_tpot_ms == 10.0  # (110 - 20) / 9 and (120 - 30) / 9; a one-token answer has none
     assert load.mean_ttft_ms == 30.0 and load.median_ttft_ms == 30.0 and load.p99_ttft_ms == 40.0
-    assert [r["chunks"] for r in load.requests] == [10, 10, 1]
+    # the pieces after the first, as vLLM's load generator counts them: a one-token answer has none
+    assert [r["chunks"] for r in load.requests] == [9, 9, 0]
     assert json.loads((tmp_path / "w.json").read_text())["requests"] == load.requests
 
 
@@ -75,8 +76,9 @@ def test_the_alternating_schedule_sends_each_prompt_to_every_server_in_turn_and_
             assert load["completed"] == PROMPTS and load["total_output_tokens"] == PROMPTS * MAX_TOKENS
             assert w["traffic_delta"]["requests"] == PROMPTS and w["attempt"] == 1
             assert Path(load["raw_file"]).is_file() and len(load["requests"]) == PROMPTS
-            # the streamed chunks: one per step, k + 1 tokens each with the drafter, one token each without
-            assert {r["chunks"] for r in load["requests"]} == ({steps} if s["k"] else {MAX_TOKENS})
+            # the streamed chunks after the first: the toy sends one per step, k + 1 tokens each with the
+            # drafter, one token each without
+            assert {r["chunks"] for r in load["requests"]} == ({steps - 1} if s["k"] else {MAX_TOKENS - 1})
             if s["k"]:
                 assert w["delta"]["drafts"] == PROMPTS * steps and w["acceptance"]["acceptance_length"] == K + 1
 
@@ -103,7 +105,9 @@ def test_the_alternating_schedule_sends_each_prompt_to_every_server_in_turn_and_
 @pytest.mark.engine
 def test_a_timed_streamed_request_on_real_vllm(vllm_server):
     """The pack's streamed request against vLLM's CPU server: its token count from the usage chunk
-    (ignore_eos: exactly max_tokens), the first token before the last, one chunk per token."""
+    (ignore_eos: exactly max_tokens), the first token before the last. Only chunks with content count
+    (not the role, finish or usage chunks); vLLM merges pieces its client has not yet read, so under
+    load there may be fewer chunks than tokens, never more."""
     body = {"model": vllm_server.config.target.served_name, "messages": [{"role": "user", "content": "Count."}],
             "max_tokens": 8, "temperature": 0.0, "ignore_eos": True}
 
@@ -114,7 +118,7 @@ def test_a_timed_streamed_request_on_real_vllm(vllm_server):
     r = asyncio.run(go())
     assert r.output_tokens == 8 and r.prompt_tokens > 0
     assert 0 < r.ttft_ms < r.latency_ms and r.tpot_ms > 0
-    assert r.chunks == 8
+    assert 1 <= r.chunks <= 8
 
 
 def test_a_server_that_stops_sending_fails_the_slot_within_its_hang_timeout():
