@@ -5,7 +5,7 @@ settings, alone on the machine, gets one request at a time, each after an idle g
 Why: in bench.schedule alternating every request reaches a server that has sat idle while the others
 took their turns, for one to (servers - 1) requests' time. On the 2-core box (vLLM 0.32 CPU, real
 SmolLM2, three servers) the pack's A/A twin came out at +-19-21 % alternating against +-3-6 % interleaved,
-and the requests sent after their server had been idle 1-2 s had a median TTFT of ~1,000 ms against ~70 ms
+and the requests sent after their server had been idle 1-1.5 s had a median TTFT of ~1,000 ms against ~70 ms
 (bench/RESULTS.md, 2026-12-05). This probe asks whether the engine does that on its own, without
 neighbours, and with --neighbour whether a second server that has just answered does it: then half the
 requests (shuffled) are sent right after one request to the neighbour, the other half alone.

@@ -162,12 +162,19 @@ def test_a_timed_stream_that_fails_mid_way_is_an_invalid_response_naming_what_ca
     assert len(srv.seen) == 1
 
 
+ROLE = {"choices": [{"delta": {"role": "assistant", "content": ""}}]}
+FINISH = {"choices": [{"delta": {}, "finish_reason": "length"}]}
+
+
 def test_a_timed_stream_counts_its_content_chunks_and_tokens_from_usage():
+    """vLLM's stream shape: a role chunk with empty content first, a finish chunk, the usage chunk; only
+    the chunks with content count."""
     async def go():
         async with OpenAIClient(srv.url, retry=FAST) as client:
             return await client.chat_timed({"model": "m", "messages": []})
 
-    with Scripted([(200, _sse(CONTENT, CONTENT, USAGE, b"[DONE]"), {"content-type": "text/event-stream"}, 0)]) as srv:
+    stream = _sse(ROLE, CONTENT, CONTENT, FINISH, USAGE, b"[DONE]")
+    with Scripted([(200, stream, {"content-type": "text/event-stream"}, 0)]) as srv:
         timed = asyncio.run(go())
     assert (timed.output_tokens, timed.prompt_tokens, timed.chunks) == (2, 3, 2)
     assert 0 <= timed.ttft_ms <= timed.latency_ms
