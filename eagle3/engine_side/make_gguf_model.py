@@ -34,20 +34,40 @@ from safetensors.torch import save_file  # noqa: E402
 import transformers  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
-# The config keys a Llama-family serving engine reads; everything else transformers adds (GGUF
-# provenance, quantization_config, its own version) is left out on purpose.
-CONFIG_KEYS = ("attention_bias", "attention_dropout", "head_dim", "hidden_act", "hidden_size",
-               "initializer_range", "intermediate_size", "max_position_embeddings", "mlp_bias", "model_type",
-               "num_attention_heads", "num_hidden_layers", "num_key_value_heads", "pretraining_tp",
-               "rms_norm_eps", "rope_scaling", "rope_theta", "tie_word_embeddings", "vocab_size")
+# The config keys each architecture's serving engines read, by the GGUF's model type; everything else
+# transformers adds (GGUF provenance, quantization_config, its own version, defaults it derives such as
+# Qwen2's layer_types) is left out on purpose, so the bytes depend on the GGUF alone. The next
+# architecture is one row.
+CONFIG_KEYS = {
+    "llama": ("attention_bias", "attention_dropout", "head_dim", "hidden_act", "hidden_size", "initializer_range",
+              "intermediate_size", "max_position_embeddings", "mlp_bias", "model_type", "num_attention_heads",
+              "num_hidden_layers", "num_key_value_heads", "pretraining_tp", "rms_norm_eps", "rope_scaling",
+              "rope_theta", "tie_word_embeddings", "vocab_size"),
+    # Qwen2 has no attention_bias key: its q/k/v projections always carry a bias.
+    "qwen2": ("attention_dropout", "hidden_act", "hidden_size", "initializer_range", "intermediate_size",
+              "max_position_embeddings", "max_window_layers", "model_type", "num_attention_heads",
+              "num_hidden_layers", "num_key_value_heads", "rms_norm_eps", "rope_scaling", "rope_theta",
+              "sliding_window", "tie_word_embeddings", "use_sliding_window", "vocab_size"),
+}
 
 
-CONTROL = 3  # llama.cpp's token type of special (control) tokens
-# llama.cpp's pre-tokenizer names -> the Hugging Face pre-tokenizer that splits text the same way.
+CONTROL, USER_DEFINED = 3, 4  # llama.cpp's token types: special tokens, and added tokens that are plain text
+# llama.cpp's pre-tokenizer names -> the Hugging Face normalizer, pre-tokenizer, post-processor and decoder
+# that split and join text the same way. The next pre-tokenizer is one row.
 BYTE_LEVEL = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
-PRE_TOKENIZERS = {
-    "gpt2": BYTE_LEVEL,
-    "smollm": {"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": True}, BYTE_LEVEL]},
+GPT2_ENDS = {"post_processor": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True},
+             "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True}}
+# Qwen2's split: contractions, letters, every digit alone, punctuation runs, newlines; bytes after it.
+QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+               r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2_BYTES = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
+TOKENIZER_STYLES = {
+    "gpt2": {"normalizer": None, "pre_tokenizer": BYTE_LEVEL, **GPT2_ENDS},
+    "smollm": {"normalizer": None, "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+        {"type": "Digits", "individual_digits": True}, BYTE_LEVEL]}, **GPT2_ENDS},
+    "qwen2": {"normalizer": {"type": "NFC"}, "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": QWEN2_SPLIT}, "behavior": "Isolated", "invert": False}, QWEN2_BYTES]},
+              "post_processor": QWEN2_BYTES, "decoder": QWEN2_BYTES},
 }
 
 
@@ -68,17 +88,15 @@ def write_tokenizer(fields: dict, out: Path, ids: dict[str, int]) -> None:
         raise SystemExit(f"tokenizer.ggml.model {fields.get('tokenizer.ggml.model')!r}: only byte-level BPE "
                          "(gpt2) GGUF vocabularies are supported")
     pre = fields.get("tokenizer.ggml.pre", "gpt2")
-    if pre not in PRE_TOKENIZERS:
-        raise SystemExit(f"tokenizer.ggml.pre {pre!r}: unknown pre-tokenizer (known: {sorted(PRE_TOKENIZERS)})")
+    if pre not in TOKENIZER_STYLES:
+        raise SystemExit(f"tokenizer.ggml.pre {pre!r}: unknown pre-tokenizer (known: {sorted(TOKENIZER_STYLES)})")
     tokens, types = list(fields["tokenizer.ggml.tokens"]), list(fields["tokenizer.ggml.token_type"])
     merges = [m.split(" ", 1) for m in fields["tokenizer.ggml.merges"]]
     added = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
-              "special": True} for i, (t, kind) in enumerate(zip(tokens, types)) if kind == CONTROL]
+              "special": kind == CONTROL} for i, (t, kind) in enumerate(zip(tokens, types))
+             if kind in (CONTROL, USER_DEFINED)]
     tokenizer = {
-        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
-        "pre_tokenizer": PRE_TOKENIZERS[pre],
-        "post_processor": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True},
-        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added, **TOKENIZER_STYLES[pre],
         "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
                   "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
                   "vocab": {t: i for i, t in enumerate(tokens)}, "merges": merges},
@@ -104,7 +122,9 @@ def rope_theta(cfg) -> float | None:
 
 def write_config(model, out: Path, architecture: str, ids: dict[str, int], dtype: str) -> dict:
     full = model.config.to_dict()
-    config = {k: full[k] for k in CONFIG_KEYS if k in full}
+    if full["model_type"] not in CONFIG_KEYS:
+        raise SystemExit(f"model type {full['model_type']!r}: no config key list (known: {sorted(CONFIG_KEYS)})")
+    config = {k: full[k] for k in CONFIG_KEYS[full["model_type"]] if k in full}
     config["rope_theta"] = rope_theta(model.config)
     config.update(architectures=[architecture], torch_dtype=dtype, bos_token_id=ids.get("bos"),
                   eos_token_id=ids.get("eos"), pad_token_id=ids.get("padding", ids.get("eos")))

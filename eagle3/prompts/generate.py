@@ -75,6 +75,16 @@ TEMPLATES = [
     ("debug", "My {lang} program that {task} is slow. How do I find out why?"),
     ("design", "Design a small system that uses {topic} and {topic2}. {verb} the parts {style}."),
 ]
+# More ways of asking for code, drawn only when a code share is asked for (a code model's data): the
+# default draws stay what they were, so every set made without one keeps its bytes.
+MORE_CODE = [
+    ("code", "Write a {lang} function that {task}. Handle the edge cases and show example usage."),
+    ("code", "Translate a Python function that {task} into {lang}."),
+    ("code", "Write idiomatic {lang} code that {task}, and explain each step briefly."),
+    ("code-review", "Review a {lang} function that {task}: name three bugs it is likely to have and fix them."),
+    ("debug", "My {lang} function that {task} fails on empty input. Show the fix."),
+]
+CODE_CATEGORIES = ("code", "code-review", "debug")
 
 
 @dataclass(frozen=True)
@@ -95,11 +105,25 @@ def _fill(rng: random.Random, template: str) -> str:
                            form=rng.choice(FORMS), noun=rng.choice(NOUNS))
 
 
-def generate(train: int, held_out: int, seed: int = 0, max_draws: int | None = None) -> GeneratedSet:
+def _draw_template(rng: random.Random, code_share: float | None) -> tuple[str, str]:
+    if code_share is None:
+        return TEMPLATES[rng.randrange(len(TEMPLATES))]
+    code = [t for t in TEMPLATES if t[0] in CODE_CATEGORIES] + MORE_CODE
+    rest = [t for t in TEMPLATES if t[0] not in CODE_CATEGORIES]
+    pool = code if rng.random() < code_share else rest
+    return pool[rng.randrange(len(pool))]
+
+
+def generate(train: int, held_out: int, seed: int = 0, max_draws: int | None = None,
+             code_share: float | None = None) -> GeneratedSet:
     """`train` prompts for data generation and `held_out` for the benchmark, distinct texts, in the
-    order they were drawn; ids say the side and the draw (`gen<seed>-t00042`, `gen<seed>-h00007`)."""
+    order they were drawn; ids say the side and the draw (`gen<seed>-t00042`, `gen<seed>-h00007`).
+    `code_share`: the chance that a draw asks for code (the code categories and MORE_CODE), for a code
+    model's data; None draws every template alike (about 3 in 13 ask for code)."""
     if train < 1 or held_out < 1:
         raise ConfigError("make-prompts: --train and --heldout must be at least 1")
+    if code_share is not None and not 0.0 <= code_share <= 1.0:
+        raise ConfigError(f"make-prompts: --code-share {code_share} is not a share; give a number from 0 to 1")
     rng = random.Random(seed)
     seen: set[str] = set()
     out: dict[str, list[dict]] = {"train": [], "heldout": []}
@@ -110,7 +134,7 @@ def generate(train: int, held_out: int, seed: int = 0, max_draws: int | None = N
         if draws > limit:
             raise ConfigError(f"make-prompts: only {len(seen)} distinct prompts after {limit} draws; ask for fewer "
                               f"(--train {train}, --heldout {held_out})")
-        category, template = TEMPLATES[rng.randrange(len(TEMPLATES))]
+        category, template = _draw_template(rng, code_share)
         text = _fill(rng, template)
         if text in seen:
             continue
