@@ -14,8 +14,13 @@
 # beside the tree one by one); `qwen-session` unpacks it once every piece is there.
 set -euo pipefail
 DIR=${1:?usage: gpu_carry.sh DIR (the folder the prepare scripts filled, e.g. .carry)}
-# 42: the tracked tree is ~17 MB and grows with each raw record; 50 MiB pieces no longer fit beside it.
-PIECE_MB=${PIECE_MB:-42}
+# Each piece travels beside the whole working tree (tracked and untracked files, 64 MiB in all): the
+# pieces take what the tree leaves, less 2 MiB for what it gains before the session.
+tree_mib=$(( ( $( (git ls-files -z; git ls-files -z --others --exclude-standard) | xargs -0 du -cb 2>/dev/null |
+               tail -1 | cut -f1) + 1048575 ) / 1048576 ))
+PIECE_MB=${PIECE_MB:-$(( 62 - tree_mib ))}
+[ "$PIECE_MB" -ge 8 ] || { echo "gpu_carry: the tree takes ${tree_mib} MiB of the 64 a command carries" >&2; exit 1; }
+echo "tree ${tree_mib} MiB: pieces of ${PIECE_MB} MiB"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cat "$DIR"/vllm/part0* > "$work/vllm-0.25.0-cp38-abi3-manylinux_2_28_x86_64.whl"

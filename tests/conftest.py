@@ -41,6 +41,7 @@ ENGINE_PYTHON = REPO / ".venv-engine" / "bin" / "python"
 TINY_MODEL = REPO / "models" / "tiny-llama"
 REAL_MODEL = REPO / "models" / "smollm2-135m"  # the demo's target (configs/smollm2-cpu.yaml)
 REAL_MODEL_SOURCES = REPO / "models" / ".sources"
+SHIPPED_DRAFTER = REPO / "models" / "drafters" / "smollm2-135m-h200"  # the demo's drafter (`make demo` installs it)
 
 
 def pytest_sessionstart(session):
@@ -180,6 +181,15 @@ def smollm2_model(smollm2_wheel) -> Path:
     from eagle3.tinymodel import default_engine
 
     path, _ = ensure_model("smollm2", REAL_MODEL, default_engine(), wheels=[smollm2_wheel])
+    return path
+
+
+@pytest.fixture(scope="session")
+def shipped_drafter() -> Path:
+    """models/drafters/smollm2-135m-h200, the demo's drafter, installed (or found current) once per session."""
+    from eagle3.drafters.shipped import ensure_installed
+
+    path, _ = ensure_installed("smollm2-135m-h200", SHIPPED_DRAFTER)
     return path
 
 

@@ -22,9 +22,11 @@ SYMLINK_MODE = "120000"
 # Recorded files that name the machine they were made on, and are never read as paths: raw
 # measurement records (the README's numbers are backed by them; everything under bench/results is
 # one, copied as the run left it, so a GPU machine's home dir in a log is evidence, not a path) and
-# the trainer's own metadata in a fixture checkpoint (`name_or_path`, which no loader here reads).
+# the trainer's own metadata in a fixture checkpoint and in the shipped drafters (`name_or_path`, the
+# provenance's source paths on the GPU machine: records no loader here reads as a path; their bytes are
+# pinned).
 RECORDED = ("tests/gpu/results-*.jsonl", "bench/results/*", "tests/fixtures/bench-history/*.json",
-            "tests/fixtures/eagle3-tiny/drafter-trained/config.json")
+            "tests/fixtures/eagle3-tiny/drafter-trained/config.json", "configs/drafters/*/*.json")
 
 
 def _git(repo: Path, *args: str) -> bytes:

@@ -51,7 +51,9 @@ def test_the_demo_config_is_the_default_and_valid_once_its_model_is_built(reques
     cfg = load_config(DEFAULT_CONFIG, check_files=False)
     assert cfg.target.model == REPO / "models" / "smollm2-135m" and cfg.cpu_rehearsal
     assert cfg.bench.prompts.name == "heldout.jsonl" and cfg.datagen.prompts.name == "train.jsonl"
+    assert cfg.bench.drafter == REPO / "models" / "drafters" / "smollm2-135m-h200"
     request.getfixturevalue("smollm2_model")  # built (or found current) by make-model
+    request.getfixturevalue("shipped_drafter")  # installed (or found current) by install-drafter
     result = runner.invoke(app, ["validate", str(DEFAULT_CONFIG)])
     assert result.exit_code == 0, result.output
 

@@ -8,11 +8,13 @@ import json
 from pathlib import Path
 
 from ..config import PipelineConfig
-from ..drafters.formats import PROVENANCE
+from ..drafters import shipped
+from ..drafters.formats import PROVENANCE, Problem
 from ..drafters.loadable import check_drafter
 from ..drafters.testmaker import drafter_aux_ids
 from ..errors import ConfigError, GateError
 from ..fsio import read_input_json
+from ..realmodel import sha256_file
 from ..prompts import load_prompts
 from ..prompts.sets import load_prompt_set
 from .. import handover
@@ -24,10 +26,9 @@ def resolve_drafter(cfg: PipelineConfig) -> dict:
     if b.drafter is not None:
         if not (b.drafter / "config.json").is_file():
             raise ConfigError(f"bench.drafter: {str(b.drafter)!r} has no config.json; point it at a drafter checkpoint")
-        return {"path": str(b.drafter), "trained": b.drafter_trained, "source": "bench.drafter (config)",
-                "status": "TRAINED (as declared by bench.drafter_trained)" if b.drafter_trained else "UNTRAINED",
-                "aux_layer_ids": drafter_aux_ids(b.drafter), "aux_layer_ids_convention": None,
-                "train_manifest": None, "data": (read_input_json(b.drafter / PROVENANCE) or {}).get("data")}
+        return {"path": str(b.drafter), "source": "bench.drafter (config)",
+                "aux_layer_ids": drafter_aux_ids(b.drafter), "aux_layer_ids_convention": None, "train_manifest": None,
+                **given_drafter(cfg, b.drafter)}
     m = handover.trained_drafter(cfg)
     path = Path(m["checkpoint"])
     if m.get("engine") not in (None, b.engine):
@@ -39,14 +40,42 @@ def resolve_drafter(cfg: PipelineConfig) -> dict:
             "aux_layer_ids": m.get("aux_layer_ids"), "aux_layer_ids_convention": m.get("aux_layer_ids_convention"),
             "aux_layer_ids_vllm": m.get("aux_layer_ids_vllm"), "config_aux_layer_ids": drafter_aux_ids(path),
             "train_manifest": str(cfg.layout.train_manifest), "val_full_acc": m.get("val_full_acc"),
+            "expectation_source": f"{cfg.layout.train_manifest} (val_full_acc from the trainer's log)",
             "data": m.get("data")}
+
+
+def given_drafter(cfg: PipelineConfig, path: Path) -> dict:
+    """What a drafter given in bench.drafter says of itself. A drafter the pack ships is trained, and its
+    training prompts are known (its row); another is as trained as bench.drafter_trained declares. Its
+    provenance file (the train phase writes one beside every checkpoint) gives its data and, where its
+    training prompts are known, the serve-parity gate's expectation: a shipped drafter's, or this config's
+    datagen.prompts when that file is the one its data was generated from (the same sha256)."""
+    prov = read_input_json(path / PROVENANCE) or {}
+    data, row = prov.get("data"), shipped.row_of(path)
+    if row is not None:
+        prompts = shipped.CHECKOUT / row.training_prompts
+        status = f"TRAINED (shipped with the pack: {row.name}, {row.description})"
+    else:
+        same = data and cfg.datagen.prompts.is_file() and data.get("prompts_sha256") == sha256_file(cfg.datagen.prompts)
+        prompts = cfg.datagen.prompts if same else None
+        status = "TRAINED (as declared by bench.drafter_trained)" if cfg.bench.drafter_trained else "UNTRAINED"
+    acc = (prov.get("training") or {}).get("val_full_acc") if prompts is not None else None
+    return {"trained": row is not None or cfg.bench.drafter_trained, "status": status, "data": data,
+            "training_prompts": str(prompts) if prompts is not None else None, "shipped": row.name if row else None,
+            "val_full_acc": acc, "expectation_source": f"{path / PROVENANCE} (the drafter's own training record)"}
 
 
 def drafter_gate(cfg: PipelineConfig, drafter: dict):
     """The checkpoint gate of `drafter` (resolve_drafter's answer) for bench.engine, and where it came
-    from ("bench.drafter" or "train manifest"). Used before the benchmark's first server and by the doctor."""
+    from ("bench.drafter" or "train manifest"). A drafter the pack ships must also still be the bytes it
+    was installed as, and be served with the target it was trained for. Used before the benchmark's
+    first server and by the doctor."""
     report = check_drafter(drafter["path"], cfg.bench.engine, target=cfg.target.model,
                            expected_aux_ids=drafter.get("aux_layer_ids_vllm"))
+    if shipped.is_shipped(drafter["path"]):
+        for why in (shipped.installed_problem(drafter["path"]), shipped.target_problem(drafter["path"], cfg.target.model)):
+            if why:
+                report.problems.append(Problem("shipped drafter", why))
     return report, drafter["source"].split(" (")[0]
 
 
@@ -69,20 +98,24 @@ def parity_expectation(cfg: PipelineConfig, drafter: dict) -> tuple[list[float] 
     if cfg.bench.parity.expected_full_acc:
         return list(cfg.bench.parity.expected_full_acc), "bench.parity.expected_full_acc (config)"
     if drafter.get("val_full_acc"):
-        return list(drafter["val_full_acc"]), f"{drafter['train_manifest']} (val_full_acc from the trainer's log)"
+        return list(drafter["val_full_acc"]), drafter["expectation_source"]
     return None, None
 
 
-def training_prompts(cfg: PipelineConfig) -> list:
+def training_prompts(cfg: PipelineConfig, drafter: dict) -> list:
     """A sample (bench.parity.prompts) of the prompts the drafter was trained on: rows spread evenly
-    over those of datagen.prompts that data generation used (acceptance differs a lot between
-    families of prompts: rows next to each other are often one family)."""
-    d = cfg.datagen
-    ps = load_prompts(d.prompts, None, skip_invalid=d.skip_invalid_prompts)
-    used = handover.sample_ids(cfg)
-    if used is None:
-        used = {p.id for p in ps.prompts[: d.max_samples]} if d.max_samples else set(ps.ids)
-    rows = [p for p in ps.prompts if p.id in used]
+    over them (acceptance differs a lot between families of prompts: rows next to each other are often
+    one family). Its own training prompts where they are known (a shipped drafter's), else the rows of
+    datagen.prompts that data generation used."""
+    if drafter.get("training_prompts") and Path(drafter["training_prompts"]) != cfg.datagen.prompts:
+        rows = load_prompts(Path(drafter["training_prompts"]), None).prompts
+    else:
+        d = cfg.datagen
+        ps = load_prompts(d.prompts, None, skip_invalid=d.skip_invalid_prompts)
+        used = handover.sample_ids(cfg)
+        if used is None:
+            used = {p.id for p in ps.prompts[: d.max_samples]} if d.max_samples else set(ps.ids)
+        rows = [p for p in ps.prompts if p.id in used]
     n = min(cfg.bench.parity.prompts, len(rows))
     return [rows[i * len(rows) // n] for i in range(n)]
 

@@ -20,7 +20,9 @@ def _f(v, nd: int = 2, suffix: str = "") -> str:
 
 def markdown(results: dict, plot_name: str | None = None) -> str:
     d, p, s, gate = results["drafter"], results["prompts"], results["sampling"], results["gate"]
-    trained = "trained" if d["trained"] else "**UNTRAINED rehearsal checkpoint** (numbers measure the pipeline only)"
+    trained = (d.get("status") or "trained") if d["trained"] else \
+        "**UNTRAINED rehearsal checkpoint** (numbers measure the pipeline only)"
+    own = results.get("run_drafter")  # this run's own training output, when bench.drafter serves another
     lines = [
         f"# Speculative-decoding benchmark: {results['pipeline']}",
         "",
@@ -28,7 +30,11 @@ def markdown(results: dict, plot_name: str | None = None) -> str:
         f"(bench section `{results['bench_config_hash']}`)",
         f"- engine: {results['engine']} {results['engine_version']}, load from `{results['bench_client']}`",
         f"- target: `{results['target']['model']}` served as `{results['target']['served_name']}`",
-        f"- drafter: `{d['path']}` — {trained}; aux layers {d.get('aux_layer_ids')} ({d.get('source')})",
+        f"- drafter: `{d['path']}` — {trained}; aux layers {d.get('aux_layer_ids')} ({d.get('source')}); "
+        f"checksum `{(d.get('checksum') or '?')[:16]}`",
+        "- rows: `baseline` serves the target alone; each `k=N` row serves it with this drafter proposing N tokens",
+        *([f"- this run's train phase wrote `{own['checkpoint']}` ({own['status']}); the benchmark serves bench.drafter "
+           "instead"] if own else []),
         f"- prompts: {p['count']} from `{p['path']}` ({p['selection']}); temperature {s['temperature']}, "
         f"max tokens {s['max_tokens']}, ignore_eos {s['ignore_eos']}; {s['warmup_prompts']} warm-up requests "
         "per server, outside the measured windows",

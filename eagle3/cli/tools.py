@@ -1,5 +1,5 @@
-"""Commands that make or check inputs: validate, make-tiny-model, make-model, make-prompts, check-drafter,
-export-drafter, make-test-drafter."""
+"""Commands that make or check inputs: validate, make-tiny-model, make-model, install-drafter, make-prompts,
+check-drafter, export-drafter, make-test-drafter."""
 
 from __future__ import annotations
 
@@ -93,6 +93,26 @@ def make_model_cmd(
     except PipelineError as e:
         fail_with(e)
     out.print(f"[green]{'built' if built else 'up to date'}[/]: {escape(str(path))} ({escape(src.description)})")
+
+
+@app.command("install-drafter")
+def install_drafter_cmd(
+        name: str = typer.Argument(..., help="Which shipped drafter: smollm2-135m-h200 (for SmolLM2-135M-Instruct)."),
+        directory: Path = typer.Argument(..., help="Drafter directory to write (replaced if it holds other bytes)."),
+        force: bool = typer.Option(False, "--force", help="Install again even if DIR already holds it."),
+        ) -> None:
+    """Install a drafter that ships with the pack (trained by the pack on a GPU, committed under configs/drafters/):
+    every committed file and the decompressed weights are checked against their sha256 before DIR is replaced."""
+    from ..drafters.shipped import ensure_installed, shipped
+
+    check_replaceable(directory, "DIR")
+    try:
+        row = shipped(name)
+        path, fresh = ensure_installed(row.name, directory, force=force)
+    except PipelineError as e:
+        fail_with(e)
+    out.print(f"[green]{'installed' if fresh else 'up to date'}[/]: {escape(str(path))} ({escape(row.description)})",
+              soft_wrap=True)
 
 
 @app.command("make-prompts")

@@ -50,7 +50,7 @@ from ..bench.stats import best_k, evaluate_gate, gate_error_text, pooled_by_k, t
 from ..bench.repeats import rounds_agree, twin_agrees
 from ..bench.provenance import drafter_checksum, platform
 from ..bench.trend import write_trend
-from .. import managed
+from .. import handover, managed
 from ..bench import kv_budget
 from ..config import PipelineConfig, num_hidden_layers
 from ..config.target_model import read_json_file, target_config
@@ -296,7 +296,7 @@ def _probes(cfg: PipelineConfig, drafter: dict, prompts: dict, paths: BenchPaths
     benchmark prompts. Every engine: each window's acceptance is the delta of the server's own counters."""
     sets = []
     if cfg.bench.parity.enabled and drafter["trained"] and parity_expectation(cfg, drafter)[0]:
-        rows = training_prompts(cfg)
+        rows = training_prompts(cfg, drafter)
         sets.append(("training prompts (parity)", "parity", "parity", [p.id for p in rows],
                      [p.messages[-1]["content"] for p in rows]))
     for name, idx in sorted(categories_of(prompts).items()):
@@ -340,6 +340,13 @@ def _parity(cfg: PipelineConfig, drafter: dict, runs: list[dict]) -> dict | None
     return gate
 
 
+def _run_drafter(cfg: PipelineConfig) -> dict | None:
+    """This run's own trained (or dry-run) checkpoint, when bench.drafter serves another: the report says
+    which one its rows measure."""
+    m = handover.trained_drafter(cfg, required=False) if cfg.bench.drafter is not None else None
+    return {"checkpoint": m["checkpoint"], "status": m.get("status")} if m else None
+
+
 def training_temperature(drafter: dict) -> float | None:
     """The sampling temperature of the drafter's training data, where its provenance records it."""
     sampling = (drafter.get("data") or {}).get("sampling") or {}
@@ -381,6 +388,7 @@ def _assemble(cfg: PipelineConfig, drafter: dict, prompts: dict, runs: list[dict
                    "data_parallel_size": cfg.target.data_parallel_size},
         "gpus": list(cfg.gpus), "platform": platform(list(cfg.gpus)), "cpu_rehearsal": cfg.cpu_rehearsal,
         "drafter": {**drafter, "checksum": drafter_checksum(drafter["path"])}, "prompts": public_prompts,
+        "run_drafter": _run_drafter(cfg),
         "sampling": {"temperature": b.temperature, "max_tokens": b.max_tokens, "ignore_eos": b.ignore_eos,
                      "warmup_prompts": b.warmup_prompts},
         "num_speculative_tokens": list(b.num_speculative_tokens), "concurrency": list(b.concurrency),

@@ -265,8 +265,13 @@ def run_train(cfg: PipelineConfig, sup: Supervisor) -> PhaseSummary:
         "created_at": time.time(), "hidden_states_mode": ext.mode, "online": online,
         "trainer": {"versions": versions, "kernel_flags": kernel}, "data": data_provenance(ext),
     }
-    atomic_write_json(Path(served) / PROVENANCE, {"data": manifest["data"], "trainer": manifest["trainer"],
-                                                   "trained": manifest["trained"], "target_model": str(cfg.target.model)})
+    # Beside the checkpoint, so that it travels with it: what it learned from, and what training measured
+    # (the serve-parity gate's expectation wherever the drafter is benchmarked later: bench.drafter).
+    atomic_write_json(Path(served) / PROVENANCE, {
+        "data": manifest["data"], "trainer": manifest["trainer"], "trained": manifest["trained"],
+        "target_model": str(cfg.target.model),
+        "training": {k: manifest[k] for k in ("val_full_acc", "epochs_completed", "global_step",
+                                              "num_speculative_tokens", "draft_vocab_size", "aux_layer_ids_vllm")}})
     atomic_write_json(paths.manifest, manifest)
     if not dry:
         prog(manifest["epochs_completed"], total)

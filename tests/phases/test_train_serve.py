@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from eagle3.drafters.formats import PROVENANCE
 from eagle3.drafters.loadable import check_drafter
 from eagle3.engines.metrics import acceptance, scrape_vllm
 from eagle3.engines.serving import base_url, start_server
@@ -99,6 +100,10 @@ def test_cpu_rehearsal_dry_run_serves_and_trained_fixture_beats_it(tmp_path):
     assert manifest["aux_layer_ids"] == [2, 4, 5] and manifest["aux_layer_ids_convention"] == "vllm"
     assert manifest["engine"] == "vllm" and manifest["gate"]["ok"] and manifest["draft_vocab_size"] == 2048
     assert "--dry-run" in (TrainPaths.of(cfg).log).read_text()
+    # The record beside the checkpoint travels with it (bench.drafter elsewhere): a dry run measured nothing.
+    record = json.loads((Path(manifest["checkpoint"]) / PROVENANCE).read_text())
+    assert record["trained"] is False and record["training"]["val_full_acc"] is None
+    assert record["training"]["aux_layer_ids_vllm"] == [2, 4, 5] and record["data"]["samples"] == manifest["data"]["samples"]
     report = check_drafter(manifest["checkpoint"], "vllm", target=cfg.target.model, expected_aux_ids=[2, 4, 5])
     assert report.ok, report.render()
 
