@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from eagle3.bench.stats import SLOWER_CAUSES, evaluate_gate
-from eagle3.bench.watch import figures, read_history, watch
+from eagle3.bench.figures import figures
+from eagle3.bench.watch import read_history, watch
 
 HISTORY = Path(__file__).resolve().parent / "fixtures" / "bench-history"
 
@@ -71,88 +72,119 @@ def test_every_figure_has_an_interval_around_its_value(recorded):
                 assert x["method"].startswith("bootstrap over 16 requests")
 
 
-def test_a_stable_rerun_passes_with_intervals(recorded):
+def test_a_rerun_of_the_same_drafter_is_not_blamed_on_it(recorded):
+    """The two recorded back-to-back runs: greedy, so every acceptance figure repeats to the last digit;
+    absolute speed is not judged until the setup's between-run noise is known; and the k=3 speedup at
+    4 requests that moved (one window a side, servers one by one, on the shared CPU box) with the
+    acceptance held is the node's, not the drafter's: reported, never a regression."""
     (first_name, first), (_, second) = recorded
     w = watch(second, [(first_name, first)])
-    assert w["status"] == "stable", w["message"]
-    assert w["reference"]["file"] == first_name and w["changes"] == []
-    # At two concurrencies: baseline tok/s + TPOT, k=1 those + length + 1 position, k=3 + 3 positions.
-    assert len(w["comparisons"]) == 2 * 2 + 2 * 4 + 2 * 6
-    assert all(r["lo"] is not None and r["reference_lo"] is not None for r in w["comparisons"])
-    # Greedy decoding: the same acceptance on every rerun. Speed on the shared CPU box varies between
-    # runs beyond one run's interval: reported, not judged, on a CPU rehearsal.
+    assert w["status"] in ("stable", "node drift") and w["reference"]["file"] == first_name and w["changes"] == []
+    assert not any(r["verdict"] == "regression" and r["kind"] == "drafter" and r["figure"] != "speedup"
+                   for r in w["comparisons"])
+    # Two concurrencies: baseline tok/s + TPOT; k=1 those + speedup + length + 1 position; k=3 + 3 positions.
+    assert len(w["comparisons"]) == 2 * 2 + 2 * 5 + 2 * 7
     for r in w["comparisons"]:
-        if r["figure"] in ("output_tok_s", "mean_tpot_ms"):
-            assert r["verdict"] == "within noise" or r["verdict"].endswith("(not judged: CPU rehearsal)")
-        else:
+        if r["kind"] == "absolute":
+            assert r["verdict"] == "not judged: between-run noise not yet known (1 of 3 runs)", r
+        elif r["figure"] != "speedup":
             assert r["verdict"] == "within noise" and r["change_pct"] == 0.0, r
-    print("\n".join(f"{r['where']} {r['figure']}: {r['reference']:.3f} -> {r['value']:.3f} ({r['change_pct']:+.1f} %, "
-                    f"noise {r['noise']:.3f}) {r['verdict']}" for r in w["comparisons"]))
+    assert "not judged yet" in w["message"]
+    print("\n".join(f"{r['where']} {r['figure']}: {r['reference']:.3f} -> {r['value']:.3f} ({r['change_pct']:+.1f} %) "
+                    f"{r['verdict']}" for r in w["comparisons"]))
 
 
-def test_a_drop_beyond_the_noise_after_an_engine_upgrade_is_a_regression_naming_it(recorded):
+def test_the_node_slowing_every_server_alike_is_drift_named_with_the_baseline(recorded):
+    """Issue 54's case: the baseline 8 % slower, the drafter's servers 10 %, the paired speedup within its
+    noise and the acceptance unchanged: node drift, with the baseline's change, never the drafter."""
+    (first_name, first), _ = recorded
+    rerun = scale_speed(first, 0.92)
+    for server in rerun["servers"]:
+        if server["k"]:
+            for w_ in server["windows"]:
+                load = w_["load"]
+                load["output_throughput"] *= 0.90 / 0.92
+                for q in load["requests"]:
+                    q["latency_ms"] *= 0.92 / 0.90
+    w = watch(rerun, [(first_name, first)])
+    assert w["status"] == "node drift", w["message"]
+    assert "not the drafter" in w["message"] and "baseline c=1 output tok/s" in w["message"] and "-8.0 %" in w["message"]
+    assert all(r["verdict"] == "within noise" for r in w["comparisons"] if r["kind"] == "drafter"
+               and r["figure"] != "speedup")
+
+
+def test_a_lower_acceptance_is_the_drafters_regression_whatever_else_changed(recorded):
+    """Acceptance is the drafter's: a drop beyond the tolerance is decided on greedy reruns of the same
+    prompts (their counters repeat), and the verdict names what changed, here the engine."""
     (first_name, first), (_, second) = recorded
     upgraded = scale_acceptance(second, 0.3)
     upgraded["engine_version"] = "0.33.0"
     w = watch(upgraded, [(first_name, first)])
-    assert w["status"] == "regression"
+    assert w["status"] == "drafter regression"
     assert f"engine version {first['engine_version']} -> 0.33.0" in w["changes"]
     assert "Changed since then: engine version" in w["message"] and "acceptance_length" in w["message"]
     bad = {(r["where"], r["figure"]) for r in w["comparisons"] if r["verdict"] == "regression"}
     assert ("k=3 c=1", "acceptance_length") in bad and ("k=1 c=4", "per_position[0]") in bad
-    assert not any(r["where"].startswith("baseline") for r in w["comparisons"] if r["verdict"] == "regression")
 
 
-def test_a_slowdown_beyond_the_noise_with_nothing_changed_says_so(recorded):
-    (first_name, first), (_, second) = recorded
-    w = watch(as_gpu_run(scale_speed(first, 0.6)), [(first_name, as_gpu_run(first))])
-    assert w["status"] == "regression" and w["changes"] == []
-    assert "nothing recorded changed" in w["message"] and "output_tok_s" in w["message"]
-
-
-def test_a_drop_within_the_noise_passes_even_without_a_tolerance(recorded):
-    (first_name, first), (_, second) = recorded
-    slower = as_gpu_run(scale_speed(first, 0.97))  # 3 % slower: inside every throughput interval of the run
-    w = watch(slower, [(first_name, as_gpu_run(first))], acceptance_tol_pct=0.0, speed_tol_pct=0.0)
-    assert w["status"] == "stable", w["message"]
-    tok_s = [r for r in w["comparisons"] if r["figure"] == "output_tok_s"]
-    assert tok_s and all(r["change_pct"] == pytest.approx(-3.0, abs=0.01) and r["verdict"] == "within noise"
-                         for r in tok_s)
-
-
-def test_a_changed_drafter_is_a_new_baseline_and_the_next_run_compares_with_it(recorded):
+def test_a_retrained_drafter_is_compared_and_a_worse_one_named(recorded):
+    """A rerun is scheduled to catch a worse drafter: a new checksum is compared with the last good run,
+    and 5 % less acceptance is decided in one rerun, naming the drafter."""
     (first_name, first), (second_name, second) = recorded
-    retrained = scale_acceptance(second, 0.5)
+    retrained = scale_acceptance(second, 0.95)
     retrained["drafter"] = {**retrained["drafter"], "checksum": "f" * 64}
     w = watch(retrained, [(first_name, first), (second_name, second)])
-    assert w["status"] == "new baseline" and w["comparisons"] == []
-    assert any(c.startswith("drafter checksum ") for c in w["changes"]) and "new baseline" in w["message"]
-    retrained["watch"] = w
-    again = watch(retrained, [(first_name, first), (second_name, second), ("3.json", retrained)])
-    assert again["status"] == "stable" and again["reference"]["file"] == "3.json"
-    assert all(r["change_pct"] == 0.0 for r in again["comparisons"])
+    assert w["status"] == "drafter regression", w["message"]
+    assert any(c.startswith("drafter checksum ") for c in w["changes"]) and "drafter checksum" in w["message"]
+    same = {**copy.deepcopy(second), "drafter": {**second["drafter"], "checksum": "e" * 64}}
+    again = watch(same, [(first_name, first), (second_name, second)])
+    assert again["status"] in ("stable", "node drift") and any("drafter checksum" in c for c in again["changes"])
+
+
+def test_within_the_tolerance_is_within_noise_and_more_windows_decide_undecided(recorded):
+    (first_name, first), _ = recorded
+    w = watch(scale_acceptance(first, 0.99), [(first_name, first)])
+    assert w["status"] in ("stable", "node drift")  # 1 % less: within the 3 % tolerance
+    assert all(r["verdict"] == "within noise" for r in w["comparisons"] if r["figure"].startswith("acceptance"))
+    sampled = {**copy.deepcopy(first), "sampling": {**first["sampling"], "temperature": 0.7}}
+    worse = {**scale_acceptance(first, 0.93), "sampling": sampled["sampling"]}
+    w = watch(worse, [(first_name, sampled)])  # sampled, no reruns yet: each run's own (wide) interval
+    assert w["status"] == "undecided" and "bench.windows" in w["message"]
 
 
 def test_the_reference_is_the_last_good_run(recorded):
     (first_name, first), (_, second) = recorded
     bad = scale_acceptance(second, 0.3)
     bad["watch"] = watch(bad, [(first_name, first)])
-    assert bad["watch"]["status"] == "regression"
+    assert bad["watch"]["status"] == "drafter regression"
     w = watch(second, [(first_name, first), ("2-bad.json", bad)])
-    assert w["reference"]["file"] == first_name and w["status"] == "stable"
+    assert w["reference"]["file"] == first_name and w["status"] != "drafter regression"
 
 
-def test_the_spread_between_earlier_runs_widens_the_noise(recorded):
-    """Two earlier good runs of the same setup: their spread joins the noise, so a change that one
-    run's interval alone would call a regression is within the noise of what reruns vary by."""
-    (first_name, first), (second_name, second) = recorded
-    a, b = as_gpu_run(first), as_gpu_run(scale_speed(first, 0.7))  # earlier runs 30 % apart
-    current = as_gpu_run(scale_speed(first, 0.55))
-    alone = watch(current, [("b.json", b)], speed_tol_pct=0.0)
-    assert any(r["verdict"] == "regression" and r["figure"] == "output_tok_s" for r in alone["comparisons"])
-    with_spread = watch(current, [("a.json", a), ("b.json", b)], speed_tol_pct=0.0)
-    assert with_spread["reference"]["file"] == "b.json"
-    assert all(r["verdict"] == "within noise" for r in with_spread["comparisons"] if r["figure"] == "output_tok_s")
+def _reruns(first: dict, factors: list[float], engine: str | None = None) -> list[tuple[str, dict]]:
+    runs = []
+    for i, f in enumerate(factors):
+        r = scale_speed(first, f)
+        r["created_at"] = f"2026-11-30T2{i}:00:00+00:00"
+        if engine:
+            r["engine_version"] = engine
+        runs.append((f"{i}.json", r))
+    return runs
+
+
+def test_absolute_speed_is_judged_once_the_between_run_noise_is_known(recorded):
+    """Three earlier runs 3 % apart: a run 20 % slower with nothing recorded changed is node drift; the same
+    after an engine upgrade is an engine regression; 2 % slower is within the noise."""
+    (_, first), _ = recorded
+    earlier = _reruns(first, [1.0, 0.97, 1.03])
+    assert watch(scale_speed(first, 0.98), earlier)["status"] in ("stable", "node drift")
+    slow = scale_speed(first, 0.8)
+    w = watch(slow, earlier)
+    assert w["status"] == "node drift" and w["noise_runs"] == 3
+    assert any(r["verdict"] == "regression" and r["kind"] == "absolute" for r in w["comparisons"])
+    slow["engine_version"] = "0.33.0"
+    w = watch(slow, earlier)
+    assert w["status"] == "engine regression" and "engine version" in w["message"] and "acceptance held" in w["message"]
 
 
 # ---- the F4 gate: every k slower than the baseline, first position rarely accepted ----------------
@@ -218,16 +250,16 @@ def test_the_bench_phase_fails_on_a_regression_naming_the_change(recorded, tmp_p
     with pytest.raises(GateError) as err:
         run_bench(cfg, supervisor(cfg))
     text = str(err.value)
-    assert text.startswith("benchmark regression: regression against the last good run " + first_name)
+    assert text.startswith("benchmark regression: drafter regression against the last good run " + first_name)
     assert f"engine version {first['engine_version']} -> 0.33.0" in text and "acceptance_length" in text
     assert "acceptance gate failed" not in text  # the gate passed (floor 1.0): the regression alone fails it
-    assert err.value.summary.details["watch"] == "regression"
+    assert err.value.summary.details["watch"] == "drafter regression"
     results = json.loads(paths.results.read_text())
-    assert results["watch"]["status"] == "regression" and results["gate"]["status"] == "passed"
-    assert "**Compared with history** (regression)" in paths.report.read_text()
+    assert results["watch"]["status"] == "drafter regression" and results["gate"]["status"] == "passed"
+    assert "**Compared with history** (drafter regression)" in paths.report.read_text()
     assert len(list(paths.history.glob("*.json"))) == 2  # the failed run is in the history too
     trend = paths.trend.read_text()
-    assert "| 2 |" in trend and "regression |" in trend and paths.trend_plot.read_bytes().startswith(b"\x89PNG")
+    assert "| 2 |" in trend and "drafter regression |" in trend and paths.trend_plot.read_bytes().startswith(b"\x89PNG")
 
 
 def test_the_trend_of_the_recorded_history_is_the_one_in_the_readme(recorded):

@@ -1,227 +1,98 @@
-"""The benchmark watch: every result compared with its history (bench-history/*.json), so a
-scheduled rerun notices when something changed (a new engine release, driver, re-export, config edit).
+"""The benchmark watch: every result compared with its history (bench-history/*.json), so that a
+scheduled rerun says when the drafter or the engine regressed, and never blames either for the node.
 
-Figures, per (k, concurrency) (k = 0: the baseline), each with a 95 % interval from the run's own data:
-  output_tok_s, mean_tpot_ms  with bench.windows >= 2 (or rounds >= 2): the mean over the windows and a
-                              t interval over them, which holds what varies between windows and, across
-                              rounds, between server starts. With one window: a bootstrap over the
-                              window's completed requests (vLLM's client saves
-                              each request's output tokens, TTFT and latency): TPOT is the mean of the
-                              per-request TPOTs, as the client computes it; throughput is scaled by the
-                              resampled tokens/latency ratio. No per-request data (SGLang): no interval.
-  acceptance_length,          the value from the server's counters; the interval from a bootstrap over
-  per_position[i]             requests of a per-request proxy: output tokens per streamed chunk (one
-                              verify step's tokens arrive as one chunk; on the recorded CPU runs the
-                              pooled proxy is within 3 % of the counters' length), applied as a relative
-                              interval (per position: to the accepted share). Without per-request data:
-                              from the per-position counters (position i's rate is the share of drafts
-                              with more than i tokens accepted: the distribution of accepted tokens per
-                              draft and its variance), divided by the effective number of requests, not
-                              of drafts (drafts of one request are not independent): conservative.
+The figures, each with a 95 % interval from its run's own data, are eagle3/bench/figures.py's.
 
-The reference is the last good run (not itself a regression) of the same setup: same target,
-drafter checksum, engine and measurement settings (prompts, sampling, output length). A figure is a
-regression when it is worse beyond the noise and by more than the tolerance. The noise combines
-both runs' intervals with the spread of the figure over the earlier good runs of the setup (from two
-on): one run's interval misses what varies between runs (server start, clocks, other load; on the
-shared 2-core CPU box back-to-back runs differed by up to 40 % in tok/s, recorded in
-tests/fixtures/bench-history/). On a CPU rehearsal speed changes are reported, not judged. A
-regression fails the run, naming what changed since the reference (engine version, config
-fingerprint, driver, GPU, pack version), or saying that nothing recorded did.
-A run whose setup differs from every earlier one (a new drafter, new prompts) is a new baseline:
-reported, never failed.
+What is compared: the last good run (no decided regression) of the same setup, i.e. target, engine,
+prompts and sampling. The drafter may change between them (a retrain, a re-export): that is what a
+rerun is scheduled to catch, and its checksum is named when it did.
+
+What is judged, against what noise, and what fails:
+- The drafter, by what it controls. Its acceptance (length and each position) is judged against the
+  rerun noise: the same prompts decoded greedily give the same counters on every rerun (to the last
+  digit on the H200 and here), so a drop by more than acceptance_tolerance_pct is decided; with sampling,
+  or where reruns did differ, the spread over the earlier runs widens it (and with sampling and no such
+  runs yet, each run's own interval). Its paired speedup is judged against both runs' intervals and its
+  spread over earlier runs; a lower speedup with the acceptance held is a slower speculative step, the
+  engine's or the node's, and a drafter regression only when the drafter itself changed.
+- Absolute throughput and TPOT, of every server, against the between-run noise learned from the setup's
+  history (the spread over its earlier good runs, from min_noise_runs of them on; until then "not judged:
+  between-run noise not yet known"). Beyond that noise and speed_tolerance_pct: an engine regression when
+  the baseline is worse and an engine-side change is recorded (engine version, config, driver, GPU, pack
+  version), node drift when nothing recorded changed. A baseline that moved with the drafter's servers
+  while the speedup held is node drift, named with the baseline's change, whatever the noise.
+- Status, the worst of: drafter regression, engine regression, node drift, undecided (a drafter figure
+  worse than its tolerance but within the noise), improved, stable. A drafter regression fails the bench
+  phase (`eagle3 run` and every flow); an engine regression fails the scheduled rerun
+  (flows/benchmark.py); undecided and drift are reported and never fail.
+- What the noise allows: per figure, the smallest regression that would be decided (the noise, in
+  percent), with the knob that tightens it (bench.windows).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import random
 from pathlib import Path
 
-from .repeats import mean_interval
-from .stats import pool_windows, windows_by_point
-
-Z = 1.96              # 95 % two-sided
-BOOTSTRAP = 1000      # resamples; seeded, so a result's intervals are the same on every read
-HIGHER_IS_BETTER = {"output_tok_s": True, "mean_tpot_ms": False, "acceptance_length": True, "per_position": True}
+from .figures import HIGHER_IS_BETTER, Z, figures
 
 # What makes two results comparable (a difference: a new baseline) ...
 IDENTITY = {
     "target": lambda r: r["target"]["model"],
-    "drafter checksum": lambda r: (r["drafter"].get("checksum") or r["drafter"]["path"]),
     "engine": lambda r: r["engine"],
     "prompts": lambda r: r["prompts"].get("sha256"),
     "sampling": lambda r: json.dumps(r["sampling"], sort_keys=True),
 }
-# ... and what may change between comparable runs; a regression names those that did.
-ENVIRONMENT = {
+# ... and what may change between comparable runs; a verdict names those that did. The drafter first: a
+# rerun exists to catch its regressions; the rest is the engine's side.
+DRAFTER = {"drafter checksum": lambda r: r["drafter"].get("checksum") or r["drafter"]["path"]}
+ENGINE_SIDE = {
     "engine version": lambda r: r.get("engine_version"),
     "config fingerprint": lambda r: r.get("config_hash"),
     "driver": lambda r: (r.get("platform") or {}).get("driver"),
     "GPU": lambda r: (r.get("platform") or {}).get("gpu_names"),
     "pack version": lambda r: r.get("pack_version"),
 }
+REGRESSIONS = ("drafter regression", "engine regression")
+SEVERITY = ("stable", "improved", "undecided", "node drift", "engine regression", "drafter regression")
+DRAFTER_FIGURES = ("speedup", "acceptance_length", "per_position")
+ABSOLUTE = ("output_tok_s", "mean_tpot_ms")
 
 
-# ---- figures with intervals ----------------------------------------------------------------------
+# ---- one figure -----------------------------------------------------------------------------------
 
-def _interval(value: float | None, lo: float | None, hi: float | None, method: str) -> dict:
-    return {"value": value, "lo": lo, "hi": hi, "method": method}
-
-
-def _bootstrap(requests: list[dict], stat, seed: int) -> tuple[float, float] | None:
-    if len(requests) < 2:
-        return None
-    rng = random.Random(seed)
-    n = len(requests)
-    values = sorted(stat([requests[rng.randrange(n)] for _ in range(n)]) for _ in range(BOOTSTRAP))
-    return values[int(0.025 * BOOTSTRAP)], values[int(0.975 * BOOTSTRAP) - 1]
+def _se(f: dict) -> float:
+    return 0.0 if f.get("lo") is None or f.get("hi") is None else (f["hi"] - f["lo"]) / (2 * Z)
 
 
-def _tpot(reqs: list[dict]) -> float:
-    tpots = [(r["latency_ms"] - r["ttft_ms"]) / (r["output_tokens"] - 1) for r in reqs if r["output_tokens"] > 1]
-    return sum(tpots) / len(tpots) if tpots else math.nan
+def _row(where: dict, name: str, cur: dict, ref: dict, noise: float | None, tolerance_pct: float,
+         verdict: str) -> dict:
+    a, b = cur["value"], ref["value"]
+    return {**where, "figure": name, "value": a, "lo": cur.get("lo"), "hi": cur.get("hi"), "reference": b,
+            "reference_lo": ref.get("lo"), "reference_hi": ref.get("hi"),
+            "change_pct": round((a - b) / b * 100, 2) if b else None, "noise": noise,
+            # the smallest regression this comparison would decide, in percent: what the noise allows
+            "detectable_pct": round(max(tolerance_pct, 100 * noise / abs(b)), 2) if noise is not None and b else None,
+            "verdict": verdict}
 
 
-def _rate(reqs: list[dict]) -> float:
-    return sum(r["output_tokens"] for r in reqs) / max(1e-9, sum(r["latency_ms"] for r in reqs))
-
-
-def speed_figures(load: dict, seed: int = 0) -> dict:
-    reqs = load.get("requests") or []
-    tok_s, tpot = load.get("output_throughput"), load.get("mean_tpot_ms")
-    method = f"bootstrap over {len(reqs)} requests"
-    out = {"output_tok_s": _interval(tok_s, None, None, "no per-request data"),
-           "mean_tpot_ms": _interval(tpot, None, None, "no per-request data")}
-    rate = _rate(reqs) if reqs else 0.0
-    if tok_s is not None and rate > 0 and (ci := _bootstrap(reqs, _rate, seed)):
-        out["output_tok_s"] = _interval(tok_s, tok_s * ci[0] / rate, tok_s * ci[1] / rate, method)
-    if tpot is not None and (ci := _bootstrap(reqs, _tpot, seed + 1)):
-        out["mean_tpot_ms"] = _interval(tpot, ci[0], ci[1], method)
-    return out
-
-
-def _effective_requests(load: dict) -> float:
-    """Kish's effective sample size of requests weighted by their drafts (~ output tokens)."""
-    lens = [r["output_tokens"] for r in load.get("requests") or []]
-    if lens and sum(x * x for x in lens):
-        return sum(lens) ** 2 / sum(x * x for x in lens)
-    return float(load.get("completed") or 0)
-
-
-def _tokens_per_chunk(reqs: list[dict]) -> float:
-    return sum(r["output_tokens"] - 1 for r in reqs) / max(1, sum(r["chunks"] for r in reqs))
-
-
-def acceptance_figures(acc: dict | None, load: dict, seed: int = 0) -> dict:
-    """Acceptance length and per-position rates with their intervals (see the module docstring)."""
-    if not acc or acc.get("acceptance_length") is None:
-        return {}
-    rates, length = list(acc.get("per_position") or []), acc["acceptance_length"]
-    reqs = [r for r in load.get("requests") or [] if "chunks" in r]
-    ratio = _tokens_per_chunk(reqs) if reqs else 0.0
-    if ratio > 0 and length > 1 and (ci := _bootstrap(reqs, _tokens_per_chunk, seed)):
-        # The counters give the value; the spread of the per-request acceptance proxy gives the
-        # interval, as a relative one. Per position: the same relative interval of the accepted share.
-        lo, hi = length * ci[0] / ratio, length * ci[1] / ratio
-        scale = ((lo - 1) / (length - 1), (hi - 1) / (length - 1))
-        method = f"bootstrap over {len(reqs)} requests (output tokens per streamed chunk)"
-        return {"acceptance_length": _interval(length, lo, hi, method),
-                "per_position": [_interval(p, max(0.0, p * scale[0]), min(1.0, p * scale[1]), method) for p in rates]}
-    n = _effective_requests(load)
-    if not rates or n < 1:
-        return {"acceptance_length": _interval(length, None, None, "no per-position counters"),
-                "per_position": [_interval(p, None, None, "no per-position counters") for p in rates]}
-    # P(accepted >= j) = rates[j-1]: E[X] = sum q_j, E[X^2] = sum (2j - 1) q_j.
-    mean = sum(rates)
-    var = max(0.0, sum((2 * j + 1) * q for j, q in enumerate(rates)) - mean * mean)
-    half = Z * math.sqrt(var / n)
-    method = f"per-position counters, {n:.1f} effective requests"
-    per_pos = []
-    for p in rates:
-        h = Z * math.sqrt(max(0.0, p * (1 - p)) / n)
-        per_pos.append(_interval(p, max(0.0, p - h), min(1.0, p + h), method))
-    return {"acceptance_length": _interval(length, length - half, length + half, method), "per_position": per_pos}
-
-
-def figures(results: dict) -> dict[str, dict]:
-    """{"k3-c4": {"k", "concurrency", "output_tok_s", "mean_tpot_ms", "acceptance_length", "per_position"}},
-    over every window of that point (all rounds). Speed: with >= 2 windows their mean and a t interval
-    over windows (what varies between windows and server starts; eagle3/bench/repeats.py), else the one
-    window's per-request bootstrap. Acceptance: the windows' counters pooled, the interval as above."""
-    points = windows_by_point(results.get("servers", []))
-    out = {}
-    for (k, c), windows in points.items():
-        seed = 1000 * k + c
-        if len(windows) > 1:
-            loads = [w["load"] for w in windows]
-            speed = {"output_tok_s": _from_repeats([x.get("output_throughput") for x in loads]),
-                     "mean_tpot_ms": _from_repeats([x.get("mean_tpot_ms") for x in loads])}
-        else:
-            speed = speed_figures(windows[0]["load"], seed=seed)
-        out[f"k{k}-c{c}"] = {"k": k, "concurrency": c, "windows": len(windows), **speed,
-                             **acceptance_figures(_pooled_acceptance(windows, results.get("engine", "vllm")),
-                                                  _merged_load(windows), seed=seed + 500)}
-    return out
-
-
-def _from_repeats(values: list) -> dict:
-    m = mean_interval(values)
-    return _interval(m["value"], m["lo"], m["hi"], m["method"])
-
-
-def _pooled_acceptance(windows: list[dict], engine: str) -> dict | None:
-    return windows[0].get("acceptance") if len(windows) == 1 else pool_windows(windows, engine)
-
-
-def _merged_load(windows: list[dict]) -> dict:
-    if len(windows) == 1:
-        return windows[0]["load"]
-    requests = [r for w in windows for r in (w["load"].get("requests") or [])]
-    return {"completed": sum(w["load"].get("completed") or 0 for w in windows), "requests": requests or None}
-
-
-# ---- comparison ----------------------------------------------------------------------------------
-
-def _se(f: dict) -> float | None:
-    return None if f.get("lo") is None or f.get("hi") is None else (f["hi"] - f["lo"]) / (2 * Z)
-
-
-def compare_figure(name: str, cur: dict, ref: dict, tolerance_pct: float, between_sd: float = 0.0) -> dict | None:
-    """Verdict on one figure: regression / improvement (beyond the noise and the tolerance) / within
-    noise. The noise: both runs' intervals, plus the spread between earlier runs of the same setup."""
-    a, b = cur.get("value"), ref.get("value")
-    if a is None or b is None:
-        return None
+def _verdict(name: str, a: float, b: float, noise: float | None, tolerance_pct: float) -> str:
+    """regression / improvement when beyond both the noise and the tolerance; undecided when worse than the
+    tolerance but within the noise; else within noise."""
     diff = a - b
-    se_a, se_b = _se(cur), _se(ref)
-    noise = Z * math.sqrt(se_a ** 2 + se_b ** 2 + between_sd ** 2) if se_a is not None and se_b is not None else None
-    beyond_noise = noise is None or abs(diff) > noise
     relative = abs(diff) / abs(b) * 100 if b else (0.0 if not diff else math.inf)
-    worse = diff < 0 if HIGHER_IS_BETTER[name.split("[")[0]] else diff > 0
-    verdict = "within noise"
-    if beyond_noise and relative > tolerance_pct:
-        verdict = "regression" if worse else "improvement"
-    return {"figure": name, "value": a, "lo": cur.get("lo"), "hi": cur.get("hi"), "reference": b,
-            "reference_lo": ref.get("lo"), "reference_hi": ref.get("hi"), "change_pct": round(diff / b * 100, 2) if b else None,
-            "noise": noise, "verdict": verdict}
-
-
-def _flat(figs: dict[str, dict]) -> dict[tuple[str, str], dict]:
-    out = {}
-    for key, f in figs.items():
-        for name in ("output_tok_s", "mean_tpot_ms", "acceptance_length"):
-            if name in f:
-                out[(key, name)] = f[name]
-        for i, p in enumerate(f.get("per_position", [])):
-            out[(key, f"per_position[{i}]")] = p
-    return out
+    worse = (diff < 0) == HIGHER_IS_BETTER[name.split("[")[0]] and diff != 0
+    if relative <= tolerance_pct:
+        return "within noise"
+    if noise is not None and abs(diff) <= noise:
+        return "undecided" if worse else "within noise"
+    return "regression" if worse else "improvement"
 
 
 def between_runs_sd(earlier: list[dict]) -> dict[tuple[str, str], float]:
-    """Per figure, the standard deviation of its value over earlier good runs of the same setup
-    (repeated measurements: what a rerun varies by beyond one run's own interval); needs >= 2 runs."""
+    """Per figure, the standard deviation of its value over earlier good runs (repeated measurements: what a
+    rerun varies by beyond one run's own interval); needs >= 2 runs."""
     values: dict[tuple[str, str], list[float]] = {}
     for r in earlier:
         for key, f in _flat(figures(r)).items():
@@ -235,29 +106,65 @@ def between_runs_sd(earlier: list[dict]) -> dict[tuple[str, str], float]:
     return out
 
 
-def compare(cur: dict, ref: dict, acceptance_tol_pct: float, speed_tol_pct: float,
-            between: dict[tuple[str, str], float] | None = None) -> list[dict]:
-    """Every figure of `cur` that `ref` has too, with its verdict. On a CPU rehearsal the speed
-    figures are reported, not judged: a shared CPU box varies between runs far beyond one run's noise."""
-    fc, fr = figures(cur), figures(ref)
-    between = between or {}
-    cpu = bool(cur.get("cpu_rehearsal"))
-    rows = []
-    for key in fc.keys() & fr.keys():
-        a, b = fc[key], fr[key]
-        where = f"k={a['k']} c={a['concurrency']}" if a["k"] else f"baseline c={a['concurrency']}"
-        pairs = [(n, a[n], b[n], speed_tol_pct) for n in ("output_tok_s", "mean_tpot_ms")]
-        if "acceptance_length" in a and "acceptance_length" in b:
-            pairs.append(("acceptance_length", a["acceptance_length"], b["acceptance_length"], acceptance_tol_pct))
-            pairs += [(f"per_position[{i}]", x, y, acceptance_tol_pct)
-                      for i, (x, y) in enumerate(zip(a["per_position"], b["per_position"]))]
-        for name, x, y, tol in pairs:
-            if row := compare_figure(name, x, y, tol, between.get((key, name), 0.0)):
-                if cpu and name in ("output_tok_s", "mean_tpot_ms") and row["verdict"] != "within noise":
-                    row["verdict"] = f"{row['verdict']} (not judged: CPU rehearsal)"
-                rows.append({"where": where, "k": a["k"], "concurrency": a["concurrency"], **row})
-    return sorted(rows, key=lambda r: (r["k"], r["concurrency"], r["figure"]))
+def _flat(figs: dict[str, dict]) -> dict[tuple[str, str], dict]:
+    out = {}
+    for key, f in figs.items():
+        for name in (*ABSOLUTE, "speedup", "acceptance_length"):
+            if name in f:
+                out[(key, name)] = f[name]
+        for i, p in enumerate(f.get("per_position", [])):
+            out[(key, f"per_position[{i}]")] = p
+    return out
 
+
+# ---- every figure -----------------------------------------------------------------------------------
+
+def compare(cur: dict, ref: dict, earlier: list[dict], settings: dict, greedy: bool) -> list[dict]:
+    """Every figure of `cur` that `ref` has too, with its verdict (see the module docstring). `earlier`: the
+    good runs of the setup whose spread is the between-run noise; `settings`: the watch's tolerances."""
+    fc, fr = figures(cur), figures(ref)
+    spread = between_runs_sd(earlier)
+    noise_known = len(earlier) >= settings["min_noise_runs"]
+    rows = []
+    for key in sorted(fc.keys() & fr.keys(), key=lambda k: (fc[k]["k"], fc[k]["concurrency"])):
+        a, b = fc[key], fr[key]
+        where = {"where": f"k={a['k']} c={a['concurrency']}" if a["k"] else f"baseline c={a['concurrency']}",
+                 "k": a["k"], "concurrency": a["concurrency"]}
+        for name, x, y in [(n, a[n], b[n]) for n in ABSOLUTE]:
+            if x.get("value") is None or y.get("value") is None:
+                continue
+            if not noise_known:
+                rows.append(_row({**where, "kind": "absolute"}, name, x, y, None, settings["speed_tolerance_pct"],
+                                 f"not judged: between-run noise not yet known ({len(earlier)} of "
+                                 f"{settings['min_noise_runs']} runs)"))
+                continue
+            noise = Z * math.sqrt(2) * spread.get((key, name), 0.0)
+            rows.append(_row({**where, "kind": "absolute"}, name, x, y, noise, settings["speed_tolerance_pct"],
+                             _verdict(name, x["value"], y["value"], noise, settings["speed_tolerance_pct"])))
+        if not a["k"]:
+            continue
+        pairs = [("speedup", a.get("speedup"), b.get("speedup"), settings["speed_tolerance_pct"], "speedup")]
+        if "acceptance_length" in a and "acceptance_length" in b:
+            pairs.append(("acceptance_length", a["acceptance_length"], b["acceptance_length"],
+                          settings["acceptance_tolerance_pct"], "acceptance"))
+            pairs += [(f"per_position[{i}]", x, y, settings["acceptance_tolerance_pct"], "acceptance")
+                      for i, (x, y) in enumerate(zip(a["per_position"], b["per_position"]))]
+        for name, x, y, tol, what in pairs:
+            if not x or not y or x.get("value") is None or y.get("value") is None:
+                continue
+            sd = spread.get((key, name), 0.0)
+            if what == "speedup":  # paired inside each run: the two intervals, and what reruns varied by
+                noise = Z * math.sqrt(_se(x) ** 2 + _se(y) ** 2 + 2 * sd ** 2)
+            elif greedy or sd:  # the counters repeat on reruns: only what they were seen to vary by
+                noise = Z * math.sqrt(2) * sd
+            else:  # sampled, no reruns yet: each run's own interval
+                noise = Z * math.sqrt(_se(x) ** 2 + _se(y) ** 2)
+            rows.append(_row({**where, "kind": "drafter"}, name, x, y, noise, tol,
+                             _verdict(name, x["value"], y["value"], noise, tol)))
+    return rows
+
+
+# ---- the verdict on a run -----------------------------------------------------------------------------
 
 def _differences(fields: dict, cur: dict, ref: dict) -> list[str]:
     out = []
@@ -286,14 +193,59 @@ def read_history(history_dir: Path) -> list[tuple[str, dict]]:
     return sorted(out, key=lambda item: (item[1]["created_at"], item[0]))
 
 
+def _listed(rows: list[dict], limit: int = 6) -> str:
+    shown = ", ".join(f"{r['where']} {r['figure']} {_num(r['reference'])} -> {_num(r['value'])} "
+                      f"({r['change_pct']:+.1f} %)" for r in rows[:limit])
+    return shown + (" and more" if len(rows) > limit else "")
+
+
+def _judge(rows: list[dict], drafter_changed: bool, engine_changes: list[str]) -> tuple[str, list[dict]]:
+    """The run's status and the rows that make it (module docstring: status, the worst of ...)."""
+    bad = [r for r in rows if r["verdict"] == "regression"]
+    drafter = [r for r in bad if r["kind"] == "drafter" and (r["figure"] != "speedup" or drafter_changed)]
+    if drafter:
+        return "drafter regression", drafter
+    baseline_worse = [r for r in bad if r["kind"] == "absolute" and r["k"] == 0]
+    slower_step = [r for r in bad if r["figure"] == "speedup"]  # the same drafter, acceptance held
+    if engine_changes and (baseline_worse or slower_step):
+        return "engine regression", baseline_worse + slower_step
+    moved = [r for r in rows if r["kind"] == "absolute" and r["verdict"] in ("regression", "improvement")]
+    if moved or slower_step:
+        return "node drift", moved + slower_step
+    # A speedup within its noise says nothing of a drafter that did not change (its acceptance held).
+    undecided = [r for r in rows if r["verdict"] == "undecided" and r["kind"] == "drafter"
+                 and (r["figure"] != "speedup" or drafter_changed)]
+    if undecided:
+        return "undecided", undecided
+    better = [r for r in rows if r["verdict"] == "improvement"]
+    return ("improved", better) if better else ("stable", [])
+
+
+def _shared_shift(cur: dict, ref: dict, rows: list[dict]) -> list[str]:
+    """The baseline's own change where it moved beyond both runs' intervals while every paired speedup held:
+    the node moved every server alike."""
+    if any(r["figure"] == "speedup" and r["verdict"] != "within noise" for r in rows):
+        return []
+    out = []
+    fc, fr = figures(cur), figures(ref)
+    for key, f in sorted(fc.items()):
+        if f["k"] or key not in fr:
+            continue
+        x, y = f["output_tok_s"], fr[key]["output_tok_s"]
+        if x.get("value") and y.get("value") and abs(x["value"] - y["value"]) > Z * math.hypot(_se(x), _se(y)):
+            out.append(f"baseline c={f['concurrency']} output tok/s {_num(y['value'])} -> {_num(x['value'])} "
+                       f"({(x['value'] - y['value']) / y['value'] * 100:+.1f} %)")
+    return out
+
+
 def watch(current: dict, history: list[tuple[str, dict]], acceptance_tol_pct: float = 3.0,
-          speed_tol_pct: float = 10.0) -> dict:
-    """The verdict on `current` against the history (oldest first; not containing `current`).
-    status: first | new baseline | stable | improved | regression."""
-    base = {"acceptance_tolerance_pct": acceptance_tol_pct, "speed_tolerance_pct": speed_tol_pct,
-            "figures": figures(current), "comparisons": [], "changes": [], "reference": None}
+          speed_tol_pct: float = 5.0, min_noise_runs: int = 3) -> dict:
+    """The verdict on `current` against the history (oldest first; not containing `current`)."""
+    settings = {"acceptance_tolerance_pct": acceptance_tol_pct, "speed_tolerance_pct": speed_tol_pct,
+                "min_noise_runs": min_noise_runs}
+    base = {**settings, "figures": figures(current), "comparisons": [], "changes": [], "reference": None}
     same = [(n, r) for n, r in history if not _differences(IDENTITY, current, r)]
-    good = [(n, r) for n, r in same if (r.get("watch") or {}).get("status") != "regression"]
+    good = [(n, r) for n, r in same if (r.get("watch") or {}).get("status") not in (*REGRESSIONS, "regression")]
     if not good:
         if not history:
             return {**base, "status": "first", "message": "no earlier result: this run is the first baseline"}
@@ -302,29 +254,50 @@ def watch(current: dict, history: list[tuple[str, dict]], acceptance_tol_pct: fl
         return {**base, "status": "new baseline", "reference": {"file": name, "created_at": prev["created_at"]},
                 "changes": changes, "message": f"new baseline (not compared): {'; '.join(changes)} since {name}"}
     name, ref = good[-1]
-    rows = compare(current, ref, acceptance_tol_pct, speed_tol_pct, between_runs_sd([r for _, r in good]))
-    changes = _differences(ENVIRONMENT, current, ref)
-    bad = [r for r in rows if r["verdict"] == "regression"]
-    better = [r for r in rows if r["verdict"] == "improvement"]
-    out = {**base, "reference": {"file": name, "created_at": ref["created_at"]}, "comparisons": rows,
-           "changes": changes}
-    what = "; ".join(changes) if changes else ("nothing recorded changed (engine version, config, driver, GPU, "
-                                                "pack version): look at the node itself (other load, clocks)")
-    if bad:
-        shown = ", ".join(f"{r['where']} {r['figure']} {_num(r['reference'])} -> {_num(r['value'])} "
-                          f"({r['change_pct']:+.1f} %)" for r in bad[:6])
-        return {**out, "status": "regression",
-                "message": f"regression against the last good run {name}: {shown}"
-                           f"{' and more' if len(bad) > 6 else ''}. Changed since then: {what}"}
-    if better:
-        return {**out, "status": "improved", "message": f"{len(better)} figure(s) improved beyond the noise against "
-                                                         f"{name}; changed since then: {what}"}
-    unjudged = [r for r in rows if "not judged" in r["verdict"]]
-    note = (f"; {len(unjudged)} speed figure(s) changed beyond the noise, reported, not judged on a CPU rehearsal"
-            if unjudged else "")
-    return {**out, "status": "stable", "message": f"{len(rows) - len(unjudged)} of {len(rows)} figures within the "
-                                                 f"noise or the tolerance of {name}{note}"
-                                                 + (f"; changed since then: {what}" if changes else "")}
+    env = {**DRAFTER, **ENGINE_SIDE}
+    earlier = [r for _, r in good if not _differences(env, ref, r)]  # reruns of the reference's own environment
+    greedy = float(current["sampling"].get("temperature") or 0.0) == 0.0
+    rows = compare(current, ref, earlier, settings, greedy)
+    drafter_changes, engine_changes = _differences(DRAFTER, current, ref), _differences(ENGINE_SIDE, current, ref)
+    status, why = _judge(rows, bool(drafter_changes), engine_changes)
+    noise_known = len(earlier) >= min_noise_runs
+    shift = _shared_shift(current, ref, rows) if not noise_known and status in ("stable", "improved", "undecided") else []
+    if shift and status != "node drift":
+        status = "node drift"
+    changed = "; ".join(drafter_changes + engine_changes) or "nothing recorded (engine version, config, driver, GPU, pack version, drafter)"
+    messages = {
+        "drafter regression": f"drafter regression against the last good run {name}: {_listed(why)}. Changed since then: {changed}",
+        "engine regression": f"engine regression against the last good run {name}: {_listed(why)} (the drafter's "
+                             f"acceptance held). Changed since then: {changed}",
+        "node drift": f"node drift against {name}, not the drafter ({_drift_why(shift, why)}): "
+                      + ("; ".join(shift) if shift else _listed(why)) + f". Changed since then: {changed}",
+        "undecided": f"undecided against {name}: {_listed(why)} worse than the tolerance, within the noise; more "
+                     "windows (bench.windows) decide it",
+        "improved": f"{len(why)} figure(s) improved beyond the noise against {name}; changed since then: {changed}",
+        "stable": f"{len(rows)} figures within the noise or the tolerance of {name}"
+                  + (f"; changed since then: {changed}" if drafter_changes or engine_changes else ""),
+    }
+    unjudged = [r for r in rows if r["verdict"].startswith("not judged")]
+    note = (f"; {len(unjudged)} absolute speed figures not judged yet: between-run noise is known from "
+            f"{min_noise_runs} earlier runs of this setup ({len(earlier)} so far)") if unjudged else ""
+    return {**base, "reference": {"file": name, "created_at": ref["created_at"]}, "comparisons": rows,
+            "changes": drafter_changes + engine_changes, "noise_runs": len(earlier), "status": status,
+            "drift": shift, "message": messages[status] + note, "detectable": _detectable(rows)}
+
+
+def _drift_why(shift: list[str], why: list[dict]) -> str:
+    if shift:
+        return "its acceptance and paired speedups held while every server moved"
+    if any(r["figure"] == "speedup" for r in why):
+        return "its acceptance held: the speculative step itself was slower or faster"
+    return "its acceptance held; servers moved beyond what reruns of this setup varied by"
+
+
+def _detectable(rows: list[dict]) -> list[dict]:
+    """Per judged figure of the drafter, the smallest regression this run's comparison would decide."""
+    return [{"where": r["where"], "figure": r["figure"], "detectable_pct": r["detectable_pct"]}
+            for r in rows if r["kind"] == "drafter" and r["detectable_pct"] is not None
+            and r["figure"] in ("speedup", "acceptance_length")]
 
 
 def _num(v: float) -> str:
@@ -333,17 +306,21 @@ def _num(v: float) -> str:
 
 def markdown(w: dict) -> list[str]:
     """The report's section on the watch: this run's figures with their intervals, then the comparison."""
-    lines = ["", "**Figures with 95 % intervals** (see eagle3/bench/watch.py for how each is computed):", "",
-             "| config | concurrency | output tok/s | mean TPOT ms | acceptance length | per position % |",
-             "|---|---:|---|---|---|---|"]
+    lines = ["", "**Figures with 95 % intervals** (see eagle3/bench/figures.py for how each is computed):", "",
+             "| config | concurrency | output tok/s | mean TPOT ms | speedup | acceptance length | per position % |",
+             "|---|---:|---|---|---|---|---|"]
     for f in sorted(w["figures"].values(), key=lambda f: (f["k"], f["concurrency"])):
-        al = f.get("acceptance_length")
+        al, sp = f.get("acceptance_length"), f.get("speedup")
         per_pos = "/".join(f"{100 * p['value']:.0f}" + (f"±{50 * (p['hi'] - p['lo']):.0f}" if p["lo"] is not None
                                                           else "") for p in f.get("per_position", [])) or "—"
         lines.append(f"| {'k=' + str(f['k']) if f['k'] else 'baseline'} | {f['concurrency']} | "
-                     f"{_ci_of(f['output_tok_s'])} | {_ci_of(f['mean_tpot_ms'])} | {_ci_of(al) if al else '—'} | "
-                     f"{per_pos} |")
+                     f"{_ci_of(f['output_tok_s'])} | {_ci_of(f['mean_tpot_ms'])} | {_ci_of(sp) if sp else '—'} | "
+                     f"{_ci_of(al) if al else '—'} | {per_pos} |")
     lines += ["", f"**Compared with history** ({w['status']}): {w['message']}"]
+    if w.get("detectable"):
+        lines += ["", "What the noise allows (the smallest regression this comparison decides; more `bench.windows` "
+                  "narrow it): " + "; ".join(f"{d['where']} {d['figure']} {d['detectable_pct']:g} %"
+                                             for d in w["detectable"])]
     if w["comparisons"]:
         lines += ["", "| where | figure | now [95 % interval] | reference [95 % interval] | change | verdict |",
                   "|---|---|---|---|---:|---|"]

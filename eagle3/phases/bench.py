@@ -164,7 +164,7 @@ def run_bench(cfg: PipelineConfig, sup: Supervisor) -> PhaseSummary:
     w = cfg.bench.watch
     if w.enabled:  # before this run's own history file exists
         results["watch"] = benchwatch.watch(results, benchwatch.read_history(paths.history),
-                                            w.acceptance_tolerance_pct, w.speed_tolerance_pct)
+                                            w.acceptance_tolerance_pct, w.speed_tolerance_pct, w.min_noise_runs)
     atomic_write_json(paths.results, results)
     history = _history_path(paths, datetime.fromisoformat(results["created_at"]))
     atomic_write_json(history, results)
@@ -176,7 +176,8 @@ def run_bench(cfg: PipelineConfig, sup: Supervisor) -> PhaseSummary:
                "engine_version": results["engine_version"], "gate": results["gate"]["status"],
                "best_acceptance_length": results["gate"]["best_acceptance_length"],
                "best_k": results["best_k"], "table": results["table"],
-               "watch": (results.get("watch") or {}).get("status")}
+               "watch": (results.get("watch") or {}).get("status"),
+               "watch_message": (results.get("watch") or {}).get("message"), "fail_on_regression": w.fail_on_regression}
     summary = PhaseSummary(str(paths.results), (
         f"gate {details['gate']}, best acceptance length {details['best_acceptance_length']}, drafter "
         f"{'trained' if drafter['trained'] else 'UNTRAINED'}, watch {details['watch'] or '-'} -> {paths.report}"),
@@ -186,7 +187,7 @@ def run_bench(cfg: PipelineConfig, sup: Supervisor) -> PhaseSummary:
         failures.append(gate_error_text(results["gate"], str(paths.results)))
     if (results.get("parity") or {}).get("status") == "failed":
         failures.append(parity_error_text(results["parity"], str(paths.results)))
-    if details["watch"] == "regression" and w.fail_on_regression:
+    if details["watch"] == "drafter regression" and w.fail_on_regression:
         failures.append(f"benchmark regression: {results['watch']['message']}.\nAll numbers: {paths.results}; "
                         f"the report compares every figure with its interval: {paths.report}")
     if failures:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from eagle3.bench.watch import speed_figures
+from eagle3.bench.figures import speed_figures
 from eagle3.engines.benchclient import parse_vllm
 
 # A --save-detailed result of two streamed requests: 0.32 writes "latencies", 0.25 does not (its

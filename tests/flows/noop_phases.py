@@ -16,9 +16,10 @@ Per-run-dir knobs in <run_dir>/knobs.json change behaviour:
                                           YAML at PATH (an operator's edit while the run goes on)
    "die_after_done": ["datagen"],         once the phase's done marker is written, its process exits at once
                                           (code 3): a worker lost just after its shard finished
-   "bench_report": true}                  bench writes a real report, plot and results (synthetic numbers)
+   "bench_report": true,                  bench writes a real report, plot and results (synthetic numbers)
                                           and returns the summary the real phase returns; with
                                           fail_once bench "gate" it fails like a regression, summary attached
+   "bench_watch": "engine regression"}    the watch verdict that summary carries (eagle3/bench/watch.py)
 """
 
 from __future__ import annotations
@@ -126,8 +127,8 @@ def _phase(phase: str, cfg, sup) -> PhaseSummary:
     out = cfg.phase_dir(phase)
     out.mkdir(parents=True, exist_ok=True)
     kind = (knobs.get("fail_once", {}).get(phase) if n == 1 else None) or knobs.get("fail", {}).get(phase)
-    report = _bench_report(cfg, out, regression=kind == "gate") if phase == "bench" and knobs.get("bench_report") \
-        else None
+    report = _bench_report(cfg, out, regression=kind == "gate", watch=knobs.get("bench_watch")) \
+        if phase == "bench" and knobs.get("bench_report") else None
     if kind:
         (out / "partial.txt").write_text("half done\n")
         if kind == "gate":
@@ -171,7 +172,7 @@ def _exit_once_done(marker: Path) -> None:
     os._exit(3)
 
 
-def _bench_report(cfg, out: Path, regression: bool) -> dict:
+def _bench_report(cfg, out: Path, regression: bool, watch: str | None = None) -> dict:
     """What the real bench phase leaves and returns, from synthetic numbers (eagle3.bench.report renders them)."""
     from eagle3.bench.report import write_report
 
@@ -179,7 +180,8 @@ def _bench_report(cfg, out: Path, regression: bool) -> dict:
     (out / "results.json").write_text(json.dumps(results))
     write_report(results, out / "report.md", out / "bench.png")
     return {"results": str(out / "results.json"), "report": str(out / "report.md"), "plot": str(out / "bench.png"),
-            "table": results["table"], "gate": results["gate"]["status"], "trained": regression}
+            "table": results["table"], "gate": results["gate"]["status"], "trained": regression, "watch": watch,
+            "watch_message": f"{watch} (a stand-in's verdict)" if watch else None, "fail_on_regression": True}
 
 
 def datagen(cfg, sup, shard=None):

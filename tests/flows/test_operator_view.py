@@ -224,6 +224,24 @@ def test_failure_alert_fires_for_a_failed_run_and_a_benchmark_regression(prefect
             c.delete_automation(automation.id)
 
 
+def test_a_scheduled_rerun_fails_only_on_a_decided_regression_never_on_drift(worker, tmp_path):
+    """Through the deployment a cron schedule runs (the worker, flows/benchmark.py): an engine regression the
+    watch decided fails the flow run, whose failure is the alert; node drift and undecided figures are in the
+    artifacts and the run completes (eagle3/bench/watch.py decides which is which: tests/test_benchwatch.py)."""
+    runs = {}
+    for verdict in ("engine regression", "node drift", "undecided"):
+        path, _ = config(tmp_path / verdict.replace(" ", "-"), f"ops-{verdict.split()[0]}",
+                         {"bench_report": True, "bench_watch": verdict})
+        wait_final([submit(PIPELINE, params(path))], timeout=300)  # the pipeline first: the rerun follows it
+        runs[verdict] = submit(BENCHMARK, params(path))
+    final = wait_final(runs.values(), timeout=300)
+    failed = final[runs["engine regression"]].state
+    assert failed.is_failed() and "benchmark engine regression: engine regression (a stand-in's verdict)" in failed.message
+    assert phase_states(runs["engine regression"]) == {"bench": "Completed"}  # the phase itself passed
+    for verdict in ("node drift", "undecided"):
+        assert final[runs[verdict]].state.is_completed(), (verdict, final[runs[verdict]].state)
+
+
 # ---- API keys ---------------------------------------------------------------------------------------
 
 @requires_engine
