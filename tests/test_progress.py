@@ -155,6 +155,21 @@ def test_line_printer_prints_discrete_events_at_once_and_a_heartbeat_every_inter
     assert not any("proving GPUs free" in s for s in texts[:3])
 
 
+def test_servers_waited_on_side_by_side_print_one_line_each_not_one_per_turn():
+    """Two servers started at once take turns reporting their waits (2026-12-06's demo log printed ~140
+    lines in 40 s): each wait prints once until the phase prints something else, then may again."""
+    lines: list[str] = []
+    with LinePrinter(lines.append, interval=60, stamp=False) as p:
+        with progress.subscribed(p):
+            for i in range(20):
+                progress.waiting("bench", "waiting for vllm server readiness (PID 1)", i / 4)
+                progress.waiting("bench", "waiting for vllm server readiness (PID 2)", i / 4)
+            progress.note("bench", "vllm server ready after 5.0 s (PID 1)")
+            progress.waiting("bench", "waiting for vllm server readiness (PID 2)", 5.5)
+    assert lines == ["bench: waiting for vllm server readiness (PID 1)", "bench: waiting for vllm server readiness (PID 2)",
+                     "bench: vllm server ready after 5.0 s (PID 1)", "bench: waiting for vllm server readiness (PID 2)"]
+
+
 def test_live_display_renders_every_phase(monkeypatch):
     from io import StringIO
 

@@ -91,19 +91,20 @@ def _verdict(name: str, a: float, b: float, noise: float | None, tolerance_pct: 
 
 
 def between_runs_sd(earlier: list[dict]) -> dict[tuple[str, str], float]:
-    """Per figure, the standard deviation of its value over earlier good runs (repeated measurements: what a
-    rerun varies by beyond one run's own interval); needs >= 2 runs."""
+    """Per figure, what a rerun varies by beyond one run's own interval: the spread of its value over earlier
+    good runs, as a standard deviation estimated from the median absolute deviation (1.4826 x MAD), so that
+    a run the node slowed (node drift is a good run too) does not widen it for every run after; needs >= 2."""
     values: dict[tuple[str, str], list[float]] = {}
     for r in earlier:
         for key, f in _flat(figures(r)).items():
             if f.get("value") is not None:
                 values.setdefault(key, []).append(f["value"])
-    out = {}
-    for key, xs in values.items():
-        if len(xs) >= 2:
-            m = sum(xs) / len(xs)
-            out[key] = math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
-    return out
+    return {key: 1.4826 * _median([abs(x - _median(xs)) for x in xs]) for key, xs in values.items() if len(xs) >= 2}
+
+
+def _median(xs: list[float]) -> float:
+    s = sorted(xs)
+    return (s[(len(s) - 1) // 2] + s[len(s) // 2]) / 2
 
 
 def _flat(figs: dict[str, dict]) -> dict[tuple[str, str], dict]:

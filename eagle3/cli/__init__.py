@@ -14,7 +14,7 @@ from pathlib import Path
 from ..errors import echo
 from . import flow as run, tools, observe  # noqa: F401, I001 - each registers its commands on the app, in this order
 from .app import app
-from .common import err
+from .common import err, exit_code
 
 __all__ = ["app", "main"]
 
@@ -22,16 +22,16 @@ __all__ = ["app", "main"]
 def main() -> None:
     try:
         app()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         err.print("interrupted")
-        sys.exit(130)
+        sys.exit(exit_code(e))
     except Exception as e:  # noqa: BLE001 - the last line: one message and exit 1, never a traceback
         if os.environ.get("EAGLE3_DEBUG"):
             raise
         log = _crash_log()
         err.print(f"error: unexpected {type(e).__name__}: {echo(str(e), 500, quote=False)}\n(details in {log}; "
                   "EAGLE3_DEBUG=1 shows the traceback here)", markup=False, highlight=False, soft_wrap=True)
-        sys.exit(1)
+        sys.exit(exit_code(e))
 
 
 def _crash_log() -> str:

@@ -1,11 +1,13 @@
-"""What the `eagle3` commands share: the consoles, the exit-code mapping (`fail`), config loading,
-the run's leases and its recovery handoff."""
+"""What the `eagle3` commands share: the consoles, the exit-code mapping (`fail_with`), config loading,
+the run's leases and its recovery handoff. A command ends on an error only through `fail_with`, whose
+exit code is the error class's own (eagle3.errors)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 from pathlib import Path
+from typing import NoReturn
 
 import typer
 from rich.console import Console
@@ -23,20 +25,30 @@ ConfigArg = typer.Argument(DEFAULT_CONFIG, help="Pipeline config (YAML). Default
                            show_default="configs/smollm2-cpu.yaml")
 
 
+INTERRUPTED = 130  # the shell's code for a command ended by SIGINT (128 + 2), Ctrl-C or the pack's SIGTERM alike
+
+
 def exit_code(e: BaseException) -> int:
     """The one mapping from an error to the CLI's exit status: each error class carries its own
-    (eagle3.errors: 2 bad input, 1 a step that failed, 3 busy); anything else is 1."""
-    return int(getattr(e, "exit_code", 1))
+    (eagle3.errors: 2 bad input, 1 a step that failed, 3 busy); an interrupt 130; anything else is 1."""
+    return INTERRUPTED if isinstance(e, KeyboardInterrupt) else int(getattr(e, "exit_code", 1))
 
 
-def fail_with(e: BaseException) -> None:
-    fail(str(e), code=exit_code(e))
+def end(failure: BaseException | None) -> NoReturn:
+    """A command that printed its own verdict ends here: 0, or the code of the failure's class."""
+    raise typer.Exit(0 if failure is None else exit_code(failure))
 
 
-def fail(message: str, code: int = 2) -> None:
+def fail_with(e: BaseException, message: str | None = None) -> NoReturn:
+    """The one way a command ends on an error: its message (or `message`), and its class's exit code."""
     # escape(): messages quote config values, and "[/x]" in one would be a rich markup error
-    err.print(f"[bold red]error[/]: {escape(message)}", markup=True, highlight=False, soft_wrap=True)
-    raise typer.Exit(code)
+    err.print(f"[bold red]error[/]: {escape(message or str(e))}", markup=True, highlight=False, soft_wrap=True)
+    raise typer.Exit(exit_code(e))
+
+
+def bad_input(message: str) -> NoReturn:
+    """A refused argument or option: a ConfigError's exit (the message names it and the fix)."""
+    fail_with(ConfigError(message))
 
 
 def load_cfg(config: Path):
@@ -78,7 +90,7 @@ def recover(cfg, sup, ports: list[int] | None = None) -> None:
     try:
         report = recovery_handoff(cfg, supervisor=sup, ports=ports)
     except HandoffError as e:
-        fail(summary_line(e.report) if e.report is not None else str(e), code=1)
+        fail_with(e, summary_line(e.report) if e.report is not None else None)
     if not watched_by(Display):  # a progress display already shows the handoff's line
         err.print(summary_line(report), highlight=False, soft_wrap=True, markup=False)
 
@@ -88,9 +100,9 @@ def check_replaceable(directory: Path, argument: str) -> None:
     its checkout, ...), never a directory of other files."""
     why = owned_dir_problem(directory, purpose="the command replaces it as a whole: give a new directory")
     if why:
-        fail(f"{argument}: {why}")
+        bad_input(f"{argument}: {why}")
     if directory.is_dir() and not (directory / "config.json").is_file() and any(directory.iterdir()):
-        fail(f"{argument}: {directory} holds other files (and no config.json); the command would replace it as a "
+        bad_input(f"{argument}: {directory} holds other files (and no config.json); the command would replace it as a "
              "whole: give a new or empty directory")
 
 

@@ -16,7 +16,8 @@ from .. import phase_table, progress
 from ..config.fanout import fanned_phases
 from ..errors import ConfigError
 from .app import app
-from .common import (ConfigArg, WaitOption, check_phases, err, fail, fail_with, load_cfg, out, prefect_defaults, raise_interrupt, recover, take_lease)
+from ..errors import PipelineError
+from .common import (ConfigArg, WaitOption, check_phases, end, err, bad_input, fail_with, load_cfg, out, prefect_defaults, raise_interrupt, recover, take_lease)
 from .phases import print_report
 
 @app.command()
@@ -34,7 +35,7 @@ def run(config: Path = ConfigArg,
     asked beside it -> the flow (doctor, phases, handoffs)."""
     check_phases([p for p in (only, from_) if p] + list(force), "--only/--from/--force")
     if only and from_:
-        fail("--only and --from cannot be combined; pick one")
+        bad_input("--only and --from cannot be combined; pick one")
     cfg = load_cfg(config)
     prefect_defaults()
     from ..doctor import warm_engine_probes
@@ -46,9 +47,9 @@ def run(config: Path = ConfigArg,
     sup = supervisor(cfg)
     fanned = fanned_phases(cfg, phase_table.select(only, from_))
     if fanned and not os.environ.get("PREFECT_API_URL"):
-        fail(f"fanout: {', '.join(fanned)} run as shards on the node pools of a Prefect server, and PREFECT_API_URL "
+        bad_input(f"fanout: {', '.join(fanned)} run as shards on the node pools of a Prefect server, and PREFECT_API_URL "
              "is not set: point it at the server the nodes' workers use (e.g. export "
-             "PREFECT_API_URL=http://HEAD:4200/api), or remove the fanout section to run on this node", code=2)
+             "PREFECT_API_URL=http://HEAD:4200/api), or remove the fanout section to run on this node")
     if fanned:
         from tasks.fanout import check_pools  # the orchestration layer; the core stays Prefect-free
 
@@ -72,9 +73,9 @@ def run(config: Path = ConfigArg,
                     join_engine_probes(warming)
                 state = eagle3_pipeline(config_path=str(config.resolve()), only=only, from_=from_, force=list(force),
                                         doctor=doctor, return_state=True)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as e:
             err.print("interrupted: stopping the services this pipeline started")
-            raise typer.Exit(130)
+            end(e)
         finally:
             # Everything in the registry is this run's now (it holds the lease). Its own Prefect server
             # is left to api_server's exit, which first sends the run's last log records to it.
@@ -82,7 +83,7 @@ def run(config: Path = ConfigArg,
                 if o.members:
                     err.print(f"stopped leftover {o.name} (group {o.pgid}) with {o.signal}")
     if not state.is_completed():
-        fail(ended_line(cfg, state.type.value, state.message or ""), code=1)
+        fail_with(PipelineError(ended_line(cfg, state.type.value, state.message or "")))
     print_outcome(cfg)
 
 

@@ -14,7 +14,7 @@ from rich.markup import escape
 from ..config import DEFAULT_CONFIG, owned_dir_problem
 from ..errors import ConfigError, HandoffError, PipelineError
 from .app import app
-from .common import ConfigArg, WaitOption, check_phases, err, fail, fail_with, load_cfg, out, take_lease
+from .common import ConfigArg, WaitOption, check_phases, end, err, bad_input, fail_with, load_cfg, out, take_lease
 
 def _parse_gpus(text: str) -> list[int]:
     if text.strip().lower() == "none":
@@ -22,9 +22,9 @@ def _parse_gpus(text: str) -> list[int]:
     try:
         ids = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        fail(f"--gpus: expected comma-separated GPU indices or 'none', got {text!r}")
+        bad_input(f"--gpus: expected comma-separated GPU indices or 'none', got {text!r}")
     if not ids or min(ids) < 0:
-        fail(f"--gpus: expected comma-separated GPU indices >= 0 or 'none', got {text!r}")
+        bad_input(f"--gpus: expected comma-separated GPU indices >= 0 or 'none', got {text!r}")
     return ids
 
 
@@ -50,7 +50,7 @@ def handoff(config: Optional[Path] = typer.Argument(
     from ..handoff.view import renderable
 
     if config is None and run_dir is None:
-        fail("give a CONFIG or --run-dir DIR (the run dir whose services the handoff stops)")
+        bad_input("give a CONFIG or --run-dir DIR (the run dir whose services the handoff stops)")
     if after != "start":
         check_phases([after], "--after")
     cfg = None
@@ -60,9 +60,9 @@ def handoff(config: Optional[Path] = typer.Argument(
         except ConfigError as e:
             fail_with(e)
     if run_dir is not None and not run_dir.is_dir():  # a typo must not pass as "nothing to stop"
-        fail(f"--run-dir: {run_dir} is not a directory")
+        bad_input(f"--run-dir: {run_dir} is not a directory")
     if run_dir is not None and (why := owned_dir_problem(run_dir)):  # the report is written there
-        fail(f"--run-dir: {why}")
+        bad_input(f"--run-dir: {why}")
     run_dir = run_dir or cfg.run_dir
     before = next_phase(after)
     ids = _parse_gpus(gpus) if gpus is not None else (list(cfg.gpus) if cfg else None)
@@ -72,11 +72,11 @@ def handoff(config: Optional[Path] = typer.Argument(
     try:
         report = run_handoff(run_dir, cfg.handoff if cfg else Handoff(), ids, ports,
                              label=f"{after}-to-{before or 'end'}").to_dict()
-        code = 0
+        refused = None
     except HandoffError as e:
         if e.report is None:
             fail_with(e)
-        report, code = e.report.to_dict(), 1
+        report, refused = e.report.to_dict(), e
     except PipelineError as e:
         fail_with(e)
     finally:
@@ -85,10 +85,10 @@ def handoff(config: Optional[Path] = typer.Argument(
         out.print_json(json.dumps(report, default=str))
     else:
         out.print(renderable(report))
-    if code:
+    if refused:
         err.print(f"[bold red]handoff refused[/]: {escape('; '.join(report['problems']))}", highlight=False,
                   soft_wrap=True)
-    raise typer.Exit(code)
+    end(refused)
 
 
 @app.command("gpus")
@@ -137,7 +137,7 @@ def doctor(config: Path = ConfigArg,
     3 if a live run holds the run dir (its engine probes would share that run's registry)."""
     from dataclasses import asdict
 
-    from ..doctor import FAIL, WARN, failed, run_doctor
+    from ..doctor import FAIL, WARN, DoctorFailed, failed, run_doctor
 
     cfg = load_cfg(config)
     with contextlib.ExitStack() as stack:
@@ -151,7 +151,7 @@ def doctor(config: Path = ConfigArg,
             fix = f"  [dim]fix: {escape(c.fix)}[/]" if c.fix and c.status != "PASS" else ""
             out.print(f"[{colour.get(c.status, 'green')}]{c.status}[/] {escape(c.name):24s} {escape(c.reason)} "
                       f"[dim]({c.seconds:.1f} s)[/]{fix}", highlight=False, soft_wrap=True)
-    raise typer.Exit(1 if failed(checks) else 0)
+    end(DoctorFailed(checks) if failed(checks) else None)
 
 
 @app.command()

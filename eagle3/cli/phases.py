@@ -15,7 +15,7 @@ from typer.core import TyperGroup
 
 from .. import phase_table
 from ..errors import ConfigError, PipelineError
-from .common import ConfigArg, WaitOption, err, exit_code, fail, fail_with, load_cfg, out, raise_interrupt, recover, take_lease
+from .common import ConfigArg, WaitOption, end, err, fail_with, load_cfg, out, raise_interrupt, recover, take_lease
 
 
 @contextlib.contextmanager
@@ -40,16 +40,16 @@ def _phase_command(cfg, config: Path, sup, row: phase_table.Phase, wait_s: float
             with recording(cfg, str(config.resolve()), [row.name]):
                 recover(cfg, sup, cfg.phase_ports(row.name) if own_server else [])
                 yield
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as e:
             err.print(f"interrupted: {row.keeps}")
-            raise typer.Exit(130)
+            end(e)
         except ConfigError as e:
             fail_with(e)
         except GateError as e:
             print_report(cfg, row)
             fail_with(e)
         except PipelineError as e:
-            fail(f"{e}\n(retryable: {e.retryable}; {row.keeps})", code=exit_code(e))
+            fail_with(e, f"{e}\n(retryable: {e.retryable}; {row.keeps})")
         finally:
             sup.stop_all()
 

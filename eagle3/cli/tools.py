@@ -13,9 +13,9 @@ from rich.markup import escape
 from ..config import owned_dir_problem
 from ..drafters.formats import CONVENTIONS
 from ..engines import engine_registry
-from ..errors import ConfigError, PipelineError
+from ..errors import ConfigError, GateError, PipelineError
 from .app import app
-from .common import ConfigArg, check_replaceable, err, fail, fail_with, load_cfg, out
+from .common import ConfigArg, check_replaceable, end, err, bad_input, fail_with, load_cfg, out
 
 @app.command()
 def validate(config: Path = ConfigArg) -> None:
@@ -131,11 +131,11 @@ def make_prompts(
 
     why = owned_dir_problem(directory, purpose="the command writes train.jsonl and heldout.jsonl there")
     if why:
-        fail(f"DIR: {why}")
+        bad_input(f"DIR: {why}")
     others = sorted(p.name for p in directory.iterdir() if p.name not in ("train.jsonl", "heldout.jsonl")) \
         if directory.is_dir() else []
     if others:
-        fail(f"DIR: {directory} holds other files ({', '.join(others[:5])}); give a new or empty directory")
+        bad_input(f"DIR: {directory} holds other files ({', '.join(others[:5])}); give a new or empty directory")
     try:
         paths = write(directory, generate(train, heldout, seed, code_share=code_share))
     except ConfigError as e:
@@ -158,13 +158,13 @@ def check_drafter_cmd(
     from ..drafters.loadable import check_drafter
 
     if engine not in engine_registry.names():
-        fail(f"--engine: {engine!r}; choose one of {', '.join(engine_registry.names())}")
+        bad_input(f"--engine: {engine!r}; choose one of {', '.join(engine_registry.names())}")
     report = check_drafter(directory, engine, target=target, expected_aux_ids=list(aux_layer_ids) if aux_layer_ids else None)
     if as_json:
         print(json.dumps(report.to_dict(), indent=2))
     else:
         (out if report.ok else err).print(report.render(), highlight=False, soft_wrap=True, markup=False)
-    raise typer.Exit(0 if report.ok else 1)
+    end(None if report.ok else GateError(report.render()))
 
 
 @app.command("export-drafter")
@@ -181,9 +181,9 @@ def export_drafter_cmd(
     from ..drafters.export import export_drafter
 
     if engine not in engine_registry.names():
-        fail(f"--engine: {engine!r}; choose one of {', '.join(engine_registry.names())}")
+        bad_input(f"--engine: {engine!r}; choose one of {', '.join(engine_registry.names())}")
     if convention not in (None, *CONVENTIONS):
-        fail(f"--aux-convention: {convention!r}; choose one of {', '.join(CONVENTIONS)}")
+        bad_input(f"--aux-convention: {convention!r}; choose one of {', '.join(CONVENTIONS)}")
     check_replaceable(output, "OUTPUT")
     try:
         path = export_drafter(directory, output, engine, source_convention=convention)
@@ -191,7 +191,7 @@ def export_drafter_cmd(
         fail_with(e)
     report = check_drafter(path, engine)
     (out if report.ok else err).print(report.render(), highlight=False, soft_wrap=True, markup=False)
-    raise typer.Exit(0 if report.ok else 1)
+    end(None if report.ok else GateError(report.render()))
 
 
 @app.command("make-test-drafter")

@@ -39,11 +39,22 @@ class Display:
     def __init__(self):
         self.tracker = Tracker()
         self.lock = threading.RLock()
+        # The waits each phase has printed since its last other line: servers started side by side take
+        # turns reporting their waits, and each wait is worth one line, not one per turn.
+        self.waits_said: dict[str, set[str]] = {}
 
     def line_for(self, e: Event, new_activity: bool) -> str | None:
         """The line an event prints at once, if any (progress and repeated waits print none)."""
         if e.quiet:
             return None
+        said = self.waits_said.setdefault(e.phase, set())
+        if e.kind == WAIT:
+            if not new_activity or e.message in said:
+                return None
+            said.add(e.message)
+            return f"{e.phase}: {e.message}"
+        if e.kind in (START, STEP, NOTE, END):
+            said.clear()
         v = self.tracker.views.get(e.phase)
         if e.kind == END:
             return f"{e.phase}: {describe(v)}"
@@ -51,8 +62,6 @@ class Display:
             return f"{e.phase}: {e.message}"
         if e.kind == START:
             return f"{e.phase}: started"
-        if e.kind == WAIT and new_activity:
-            return f"{e.phase}: {e.message}"
         return None
 
     def status_line(self, now: float, stale_after_s: float | None) -> str:

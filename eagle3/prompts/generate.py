@@ -85,6 +85,54 @@ MORE_CODE = [
     ("debug", "My {lang} function that {task} fails on empty input. Show the fix."),
 ]
 CODE_CATEGORIES = ("code", "code-review", "debug")
+# More tasks for a code model's data (code-share draws take their {task} from TASKS and these): 24 tasks
+# taught a Qwen2.5-Coder drafter the generator's own tasks, not code (2.10 on unseen coding tasks against
+# 3.47 on those tasks in other languages, bench/RESULTS.md 2026-12-06). None names a task of the held-out
+# code set configs/prompts/qwen-coder-heldout.jsonl (tests/test_promptgen.py).
+CODE_TASKS = [
+    "returns the nth prime number", "finds the second largest number in a list", "counts the vowels in a string",
+    "capitalizes the first letter of each word", "checks whether a number is a power of two",
+    "converts a hex string to an integer", "swaps the keys and values of a dictionary",
+    "finds the missing number in a sequence from 1 to n", "transposes a matrix", "multiplies two matrices",
+    "reverses a linked list", "finds the middle node of a linked list", "merges k sorted lists",
+    "implements binary search", "implements insertion sort", "implements heap sort", "implements counting sort",
+    "inserts a value into a binary search tree", "checks whether a binary tree is balanced",
+    "computes the depth of a binary tree", "returns the level-order traversal of a binary tree",
+    "finds the lowest common ancestor of two nodes in a binary search tree", "checks whether a graph is bipartite",
+    "counts the connected components of an undirected graph", "detects a cycle in a directed graph",
+    "finds every path between two nodes of a graph", "computes a minimum spanning tree with Kruskal's algorithm",
+    "implements a union-find structure with path compression", "computes the longest increasing subsequence",
+    "computes the longest common subsequence of two strings", "solves the 0/1 knapsack problem",
+    "counts the ways to climb n stairs taking one or two steps", "computes the fewest coins that make an amount",
+    "finds the maximum subarray sum", "rotates an array by k positions", "moves every zero of an array to its end",
+    "finds two numbers of a list that add up to a target", "finds every triplet that sums to zero",
+    "checks whether a string has only unique characters", "counts the occurrences of each character",
+    "removes punctuation from a string", "wraps text at a given column", "truncates a string with an ellipsis",
+    "checks whether a string is a valid IPv4 address", "parses a URL query string into a dictionary",
+    "builds a URL query string from a dictionary", "escapes the HTML special characters of a string",
+    "strips HTML tags from a string", "validates a hexadecimal color code",
+    "converts seconds to hours, minutes and seconds", "returns the day of the week of a date",
+    "counts the days between two dates", "formats a number as currency", "rounds a number to n significant figures",
+    "computes the standard deviation of a list", "computes the mode of a list",
+    "scales a list of numbers to the range 0 to 1", "computes the dot product of two vectors",
+    "computes the distance between two points", "checks whether a point lies inside a rectangle",
+    "computes the area of a polygon from its vertices", "checks whether a number is a perfect square",
+    "generates a random password of a given length", "shuffles a list in place",
+    "samples k items uniformly from a stream", "implements a circular buffer", "implements a min stack",
+    "implements a simple event emitter", "debounces a function", "throttles a function", "memoizes a function",
+    "measures how long a function takes", "counts the non-empty lines of a file",
+    "writes a list of dictionaries to a CSV file", "merges two dictionaries recursively",
+    "flattens a nested dictionary into dotted keys", "groups a list of records by a key",
+    "sorts a list of dictionaries by a field", "removes duplicate records by a key, keeping the first",
+    "finds the longest palindromic substring", "counts the islands of a grid of land and water",
+    "flood-fills a region of a grid", "returns a matrix in spiral order", "checks whether a matrix is symmetric",
+    "finds the kth smallest element of a list", "merges two sorted arrays in place",
+    "encodes bytes as base64 without a library", "computes a CRC32 checksum", "checks whether a string is a pangram",
+    "generates every permutation of a list of numbers", "computes n choose k", "converts a string to a slug",
+    "masks all but the last four digits of a card number", "validates an ISBN-10 number",
+    "computes the Hamming distance of two integers", "reverses the words of a sentence",
+    "finds the longest word of a sentence", "checks whether two rectangles overlap",
+]
 
 
 @dataclass(frozen=True)
@@ -98,10 +146,10 @@ def heldout(text: str) -> bool:
     return int(hashlib.sha256(text.encode()).hexdigest()[:8], 16) % HELDOUT_BUCKETS == 0
 
 
-def _fill(rng: random.Random, template: str) -> str:
+def _fill(rng: random.Random, template: str, tasks: list[str] = TASKS) -> str:
     topic, topic2 = rng.sample(TOPICS, 2)
     return template.format(verb=rng.choice(VERBS), topic=topic, topic2=topic2, style=rng.choice(STYLES),
-                           lang=rng.choice(LANGUAGES), task=rng.choice(TASKS), n=rng.choice(NUMBERS),
+                           lang=rng.choice(LANGUAGES), task=rng.choice(tasks), n=rng.choice(NUMBERS),
                            form=rng.choice(FORMS), noun=rng.choice(NOUNS))
 
 
@@ -135,7 +183,7 @@ def generate(train: int, held_out: int, seed: int = 0, max_draws: int | None = N
             raise ConfigError(f"make-prompts: only {len(seen)} distinct prompts after {limit} draws; ask for fewer "
                               f"(--train {train}, --heldout {held_out})")
         category, template = _draw_template(rng, code_share)
-        text = _fill(rng, template)
+        text = _fill(rng, template, TASKS if code_share is None else TASKS + CODE_TASKS)
         if text in seen:
             continue
         seen.add(text)
