@@ -348,6 +348,10 @@ PY
     # can be cut short), the benchmark sized to the time left, more SmolLM2 reruns (SHIPPED_RUNS in all), the
     # rest as time allows.
     qcfg="$REPO/configs/h200-qwen-coder.yaml" qrun="$REPO/runs/h200-qwen-coder"
+    if [ -n "${QWEN_SAMPLES:-}${QWEN_EPOCHS:-}" ]; then  # the data levers: the profile with more samples or epochs
+      qcfg=$(PYTHONPATH="$PACK_PATH" python3 "$REPO/bench/derive_profile.py" "$qcfg" h200-qwen-coder \
+        ${QWEN_SAMPLES:+--set datagen.max_samples=$QWEN_SAMPLES} ${QWEN_EPOCHS:+--set train.epochs=$QWEN_EPOCHS}) || exit 1
+    fi
     qwen_model > "$RESULTS/qwen-model.out" 2>&1 &
     qpid=$! shipped=0
     while kill -0 "$qpid" 2> /dev/null && [ "$shipped" -lt "${SHIPPED_EARLY:-2}" ] && [ "$(left)" -gt 900 ]; do

@@ -99,8 +99,9 @@ def paired_ratio_interval(pairs: list[tuple[float, float]]) -> dict:
 
 def reach_pct(ratio: dict, around: float | None = None) -> float | None:
     """How far a ratio's 95 % interval reaches from `around` (default: its own value), in percent; None
-    without an interval. Around 1 for an A/A check: the noise floor it resolves. Around its value for a
-    speedup: the interval's half-width (a log-symmetric interval reaches equally far either side)."""
+    without an interval. Around its value: the interval's half-width, what the pack's "±" always means (a
+    log-symmetric interval reaches equally far either side). Around 1 for an A/A check: where its interval
+    ends, which bench.max_windows stops on (the twin within ±target of 1), never reported as a "±"."""
     if ratio.get("lo") is None or ratio.get("hi") is None:
         return None
     around = ratio["value"] if around is None else around
@@ -179,10 +180,11 @@ def rounds_agree(runs: list[dict]) -> dict:
         return {"status": "undecided", "rows": rows, "message": "rounds compared without intervals (1 window each)"}
     # "Agree" is only as sharp as its widest interval: on the H200 two windows a round gave [0.51, 1.65],
     # which a 20 % change passes too. Say how sharp, so no one reads it as "no change at all".
-    resolution = max(max(r["ci"][1] - 1, 1 - r["ci"][0]) for r in rows) * 100
+    resolution = max(max(r["ci"][1] / r["ratio"] - 1, 1 - r["ci"][0] / r["ratio"]) for r in rows) * 100
     return {"status": "agree", "rows": rows, "resolution_pct": round(resolution, 1),
             "message": f"every later round within the noise of round 1 ({len(rows)} comparisons): no change seen, "
-                       f"but only a change beyond ±{resolution:.0f} % would have shown (the widest interval); "
+                       f"but only a change beyond ±{resolution:.0f} % would have shown (the widest interval's "
+                       "half-width); "
                        "more windows per round sharpen the check"}
 
 
@@ -190,7 +192,7 @@ def twin_agrees(runs: list[dict]) -> dict:
     """The A/A check of bench.aa_twin: a second baseline server measured in every window slot beside
     the baseline (schedule interleaved). Per concurrency, its tok/s over the baseline's, paired slot by
     slot: it must show no change ("agree", every interval contains 1; "differ" otherwise), and the
-    widest interval's half-width is the noise floor of a paired speedup on this machine."""
+    widest interval's half-width (its "±") is the noise floor of a paired speedup on this machine."""
     twin = [w for r in runs if r.get("twin") for w in r["windows"]]
     base = [w for r in runs if not r["k"] and not r.get("twin") for w in r["windows"]]
     rows = []
@@ -200,7 +202,7 @@ def twin_agrees(runs: list[dict]) -> dict:
         ci = None if ratio["lo"] is None else [_rounded(ratio["lo"]), _rounded(ratio["hi"])]
         rows.append({"concurrency": c, "slots": ratio["n"][0], "ratio": _rounded(ratio["value"]), "ci": ci,
                      "agrees": None if ci is None else ci[0] <= 1 <= ci[1],
-                     "half_width_pct": None if ci is None else round(reach_pct(ratio, around=1.0), 2)})
+                     "half_width_pct": None if ci is None else round(reach_pct(ratio), 2)})
     if not rows or any(r["agrees"] is None for r in rows):
         return {"status": "undecided", "rows": rows, "message": "the twin needs two window slots or more"}
     widest = max(r["half_width_pct"] for r in rows)

@@ -128,12 +128,14 @@ def ensure_installed(name: str, out_dir: Path, force: bool = False) -> tuple[Pat
 
 def installed_problem(directory: Path) -> str | None:
     """Why a dir stamped as a shipped drafter no longer holds what was installed, or None."""
-    stamp = read_json(Path(directory) / STAMP) or {}
+    directory = Path(directory)
+    stamp = read_json(directory / STAMP) or {}
     row = SHIPPED.get((stamp.get("shipped") or {}).get("name"))
     if row is None or stamp != _expected_stamp(row):
-        return f"{directory / STAMP} is not the stamp of a drafter this pack ships; install it again"
+        fix = f"`eagle3 install-drafter {row.name} {directory} --force`" if row else "`eagle3 install-drafter` again"
+        return f"{directory / STAMP} is not the stamp of a drafter this pack ships (now); run {fix}"
     for name, digest in stamp["files"].items():
-        path = Path(directory) / name
+        path = directory / name
         if not path.is_file():
             return f"{path} is missing (installed as {row.name}); run `eagle3 install-drafter {row.name} {directory}`"
         if sha256_file(path) != digest:

@@ -84,7 +84,7 @@ class Bench(PhaseSettings):
         "generator). On one H100, real SmolLM2 target, 160 held-out requests per server, an A/A pair's interval "
         "was ±1.98 % this way against ±5.48 % in blocks of 8 requests (one probe run, bench/RESULTS.md, 2026-12-05). "
         "It can lose: on a 2-core CPU box, three vLLM CPU servers of the real SmolLM2, held-out prompts, the pack's "
-        "twin came to ±19-21 % alternating against ±3-6 % interleaved (two runs each); a server idle 1-1.5 s "
+        "twin came to ±14-16 % alternating against ±2.5-3.2 % interleaved (two runs each; half-widths); a server idle 1-1.5 s "
         "between its turns answered its first token ~1 s late almost every time, one idle 1.5-2 s about half "
         "the time (bench/RESULTS.md, 2026-12-05). Set `aa_twin` to see which holds on your machine."))
     max_windows: int | None = Field(None, ge=2, le=50, description=(

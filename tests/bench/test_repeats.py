@@ -144,7 +144,7 @@ def test_two_rounds_pool_their_windows_and_check_each_other():
     assert row["windows"] == 4 and row["verdict"] == "faster"
     aa = rounds_agree(same)
     assert aa["status"] == "agree" and len(aa["rows"]) == 2 and all(r["agrees"] for r in aa["rows"])
-    widest = max(max(r["ci"][1] - 1, 1 - r["ci"][0]) for r in aa["rows"]) * 100
+    widest = max(max(r["ci"][1] / r["ratio"] - 1, 1 - r["ci"][0] / r["ratio"]) for r in aa["rows"]) * 100  # half-width
     assert aa["resolution_pct"] == pytest.approx(widest, abs=0.1) and f"±{widest:.0f} %" in aa["message"]
 
 

@@ -42,8 +42,8 @@ def run(monkeypatch, speeds: dict, windows: int, max_windows: int | None, target
 
 
 def half_width_pct(records: list[dict], which: int, c: int, slots: int) -> float:
-    """The interval's reach as the report gives it: from 1 for the twin (its noise floor), from its value
-    for a speedup, recomputed from the first `slots` slots."""
+    """How far the interval reaches, recomputed from the first `slots` slots, as bench.max_windows judges it:
+    the twin's from 1 (within ±target of 1), a speedup's from its value (its half-width)."""
     at = lambda r: [w for w in r["windows"] if w["concurrency"] == c and w["repeat"] <= slots]  # noqa: E731
     ratio = paired_ratio_interval(pair_by_slot(at(records[which]), at(records[0])))
     return reach_pct(ratio, around=1.0 if records[which].get("twin") else None)
