@@ -1,5 +1,5 @@
 """Scheduled benchmark reruns through the deployment a cron schedule runs: do they cry wolf, and do they
-catch a worse drafter and a slower node (issue 54)?
+catch a worse drafter (issue 54)?
 
 Real parts only: `prefect server start`, the process pool gpu-node-0 with `prefect worker start` on it, the
 deployments of deployments/prefect.yaml (`prefect deploy --all`), and each rerun a flow run of the
@@ -9,17 +9,20 @@ prompts, 64 greedy tokens. One run dir, one bench history; the watch judges each
 before it (eagle3/bench/watch.py):
 
   1          the drafter as shipped                                  the first baseline
-  2          the node slowed: a busy process on every CPU           speed not judged yet: reported
-  3 .. N+2   the drafter as shipped, N times (--reruns, 10)          a failed flow run here is a false alarm
-  N+3        the node slowed again                                   the noise now known: judged, node drift
-  N+4        a drafter with lower acceptance (noise on its lm_head)  a drafter regression, the flow run fails
+  2 .. N+1   the drafter as shipped, N times (--reruns, 10)          a failed flow run here is a false alarm
+  N+2        a drafter with lower acceptance (noise on its lm_head)  a drafter regression, the flow run fails
 
     .venv/bin/python bench/rerun_alarms.py --out bench/results/rerun-alarms-cpu-DATE.json \\
         --history-out bench/results/rerun-alarms-cpu-DATE-history
-    .venv/bin/python bench/rerun_alarms.py --reruns 1      # the sequence with one normal rerun (~15 min)
+    .venv/bin/python bench/rerun_alarms.py --reruns 1 --out /tmp/r.json    # one rerun, then the worse drafter
+    .venv/bin/python bench/rerun_alarms.py --rejudge HISTORY --out FILE    # this checkout's watch on a recorded
+                                                                           # history, run by run
+A slower node was tried too, a process spinning on every CPU: it did not slow vLLM's CPU servers here beyond
+this box's own run-to-run range (bench/RESULTS.md, 2026-12-06); what the watch says of a slowed node is
+tested on recorded runs (tests/test_benchwatch.py).
 
-Exit 0 when no normal rerun failed its flow run, the second slowed run was judged node drift, and the worse
-drafter failed its flow run as a drafter regression; 1 otherwise.
+Exit 0 when no normal rerun failed its flow run and the worse drafter failed its flow run as a drafter
+regression; 1 otherwise.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.derive_profile import derive  # noqa: E402
-from eagle3.bench.watch import read_history  # noqa: E402
+from eagle3.bench.watch import read_history, watch  # noqa: E402
 from eagle3.drafters.shipped import STAMP, ensure_installed  # noqa: E402
 from eagle3.fsio import atomic_write_json  # noqa: E402
 from tests.ports import free_port  # noqa: E402
@@ -128,20 +131,6 @@ def rerun(env: dict, config: Path, timeout: float = 1800) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-@contextlib.contextmanager
-def busy_node():
-    """A process of this script spinning on each CPU (a neighbour's job on a shared node): every server of
-    the rerun gets about half a CPU. Pinned to one core it changed nothing here: vLLM's CPU build binds only
-    its OpenMP threads to core 0. Ended by their PIDs."""
-    hogs = [subprocess.Popen([sys.executable, "-c", f"import os\nos.sched_setaffinity(0, {{{cpu}}})\nwhile True: pass"],
-                             start_new_session=True) for cpu in sorted(os.sched_getaffinity(0))]
-    try:
-        yield
-    finally:
-        for hog in hogs:
-            stop(hog, 5)
-
-
 def perturbed(drafter: Path, sigma: float) -> None:
     """The drafter's lm_head plus Gaussian noise (seeded), written in place: a retrain that came out worse."""
     code = ("import sys, torch\nfrom safetensors.torch import load_file, save_file\n"
@@ -163,13 +152,35 @@ def verdict(run_dir: Path) -> dict:
             "acceptance_length": pick("k3-c1", "acceptance_length"), "detectable": w.get("detectable")}
 
 
+def rejudge(history: Path) -> list[dict]:
+    """This checkout's watch on a recorded history, run by run, each against the verdicts before it (the
+    measurements as recorded; only the judging is redone)."""
+    judged: list[tuple[str, dict]] = []
+    out = []
+    for name, results in read_history(history):
+        as_run = (results.get("watch") or {}).get("status")
+        results = {k: v for k, v in results.items() if k != "watch"}
+        results["watch"] = watch(results, judged)
+        judged.append((name, results))
+        out.append({"history_file": name, "as_run": as_run, "status": results["watch"]["status"],
+                    "message": results["watch"]["message"]})
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--reruns", type=int, default=10, help="normal reruns between the two slowed ones")
+    ap.add_argument("--reruns", type=int, default=10, help="normal reruns before the worse drafter")
     ap.add_argument("--out", type=Path, required=True, help="the record (JSON)")
     ap.add_argument("--history-out", type=Path, help="copy the run dir's bench history here (raw files)")
     ap.add_argument("--work", type=Path, help="scratch dir (default: a new temp dir, removed at the end)")
+    ap.add_argument("--rejudge", type=Path, metavar="HISTORY", help="only judge a recorded history again")
     args = ap.parse_args(argv)
+    if args.rejudge:
+        verdicts = rejudge(args.rejudge)
+        atomic_write_json(args.out, {"history": str(args.rejudge), "verdicts": verdicts})
+        for v in verdicts:
+            print(f"{v['history_file']}: {v['as_run']} -> {v['status']}")
+        return 0
     work = args.work or Path(tempfile.mkdtemp(prefix="rerun-alarms-"))
     shipped, _ = ensure_installed("smollm2-135m-h200", REPO / "models" / "drafters" / "smollm2-135m-h200")
     drafter = work / "drafter"  # "the latest trained drafter" of this setup: a copy a retrain may replace
@@ -178,9 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     config = derive(REPO / "configs" / "smollm2-cpu.yaml", "rerun-alarms", [
         f"run_dir={work / 'run'}", f"bench.drafter={drafter}", "bench.drafter_trained=true", "bench.windows=3",
         "bench.concurrency=[1]", 'bench.parity={"enabled": false}'])
-    plan = [("first", None), ("node slowed, noise not yet known", "busy")]
-    plan += [(f"rerun {i + 1}", None) for i in range(args.reruns)]
-    plan += [("node slowed, noise known", "busy"), ("worse drafter", "perturbed")]
+    plan = [("first", None), *[(f"rerun {i + 1}", None) for i in range(args.reruns)], ("worse drafter", "perturbed")]
     env, procs = serve(work)
     runs = []
     try:
@@ -188,8 +197,7 @@ def main(argv: list[str] | None = None) -> int:
             if change == "perturbed":
                 perturbed(drafter, SIGMA)
             t0 = time.monotonic()
-            with busy_node() if change == "busy" else contextlib.nullcontext():
-                state = rerun(env, config)
+            state = rerun(env, config)
             runs.append({"label": label, "change": change, "seconds": round(time.monotonic() - t0, 1), **state,
                          **verdict(work / "run")})
             print(f"{label}: {state['state']}, watch {runs[-1]['watch']}: {runs[-1]['watch_message']}", flush=True)
@@ -202,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
                        capture_output=True, timeout=300)
     normal = [r for r in runs if r["label"].startswith("rerun ")]
     alarms = [r for r in normal if r["state"] != "Completed"]
-    checks = {"false alarms": len(alarms) == 0, "slowed node judged drift": runs[-2]["watch"] == "node drift",
+    checks = {"no false alarm": len(alarms) == 0,
               "worse drafter caught": runs[-1]["watch"] == "drafter regression" and runs[-1]["state"] == "Failed"}
     record = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": os.uname().nodename,
               "cpus": os.cpu_count(), "config": str(config.relative_to(REPO)), "sigma": SIGMA,

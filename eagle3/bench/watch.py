@@ -15,9 +15,10 @@ What is judged, against what noise, and what fails:
   runs yet, each run's own interval). Its paired speedup is judged against both runs' intervals and its
   spread over earlier runs; a lower speedup with the acceptance held is a slower speculative step, the
   engine's or the node's, and a drafter regression only when the drafter itself changed.
-- Absolute throughput and TPOT, of every server, against the between-run noise learned from the setup's
-  history (the spread over its earlier good runs, from min_noise_runs of them on; until then "not judged:
-  between-run noise not yet known"). Beyond that noise and speed_tolerance_pct: an engine regression when
+- Absolute throughput and TPOT, of every server, against the setup's usual level and between-run noise,
+  learned from its history (the median and the spread of its earlier good runs, from min_noise_runs of
+  them on; until then "not judged: between-run noise not yet known"). Beyond that noise and
+  speed_tolerance_pct: an engine regression when
   the baseline is worse and an engine-side change is recorded (engine version, config, driver, GPU, pack
   version), node drift when nothing recorded changed. A baseline that moved with the drafter's servers
   while the speedup held is node drift, named with the baseline's change, whatever the noise.
@@ -90,16 +91,18 @@ def _verdict(name: str, a: float, b: float, noise: float | None, tolerance_pct: 
     return "regression" if worse else "improvement"
 
 
-def between_runs_sd(earlier: list[dict]) -> dict[tuple[str, str], float]:
-    """Per figure, what a rerun varies by beyond one run's own interval: the spread of its value over earlier
-    good runs, as a standard deviation estimated from the median absolute deviation (1.4826 x MAD), so that
-    a run the node slowed (node drift is a good run too) does not widen it for every run after; needs >= 2."""
+def between_runs(earlier: list[dict]) -> dict[tuple[str, str], tuple[float, float, int]]:
+    """Per figure, its level over earlier good runs and what a rerun varies by beyond one run's own interval:
+    (median, spread as a standard deviation from the median absolute deviation, 1.4826 x MAD, runs), so that
+    a run the node slowed or sped up (node drift is a good run too) moves neither for the runs after it;
+    from 2 runs on."""
     values: dict[tuple[str, str], list[float]] = {}
     for r in earlier:
         for key, f in _flat(figures(r)).items():
             if f.get("value") is not None:
                 values.setdefault(key, []).append(f["value"])
-    return {key: 1.4826 * _median([abs(x - _median(xs)) for x in xs]) for key, xs in values.items() if len(xs) >= 2}
+    return {key: (_median(xs), 1.4826 * _median([abs(x - _median(xs)) for x in xs]), len(xs))
+            for key, xs in values.items() if len(xs) >= 2}
 
 
 def _median(xs: list[float]) -> float:
@@ -124,7 +127,8 @@ def compare(cur: dict, ref: dict, earlier: list[dict], settings: dict, greedy: b
     """Every figure of `cur` that `ref` has too, with its verdict (see the module docstring). `earlier`: the
     good runs of the setup whose spread is the between-run noise; `settings`: the watch's tolerances."""
     fc, fr = figures(cur), figures(ref)
-    spread = between_runs_sd(earlier)
+    history = between_runs(earlier)
+    spread = {key: sd for key, (_, sd, _) in history.items()}
     noise_known = len(earlier) >= settings["min_noise_runs"]
     rows = []
     for key in sorted(fc.keys() & fr.keys(), key=lambda k: (fc[k]["k"], fc[k]["concurrency"])):
@@ -139,9 +143,16 @@ def compare(cur: dict, ref: dict, earlier: list[dict], settings: dict, greedy: b
                                  f"not judged: between-run noise not yet known ({len(earlier)} of "
                                  f"{settings['min_noise_runs']} runs)"))
                 continue
-            noise = Z * math.sqrt(2) * spread.get((key, name), 0.0)
-            rows.append(_row({**where, "kind": "absolute"}, name, x, y, noise, settings["speed_tolerance_pct"],
-                             _verdict(name, x["value"], y["value"], noise, settings["speed_tolerance_pct"])))
+            # Against the setup's usual level (the median of its earlier runs), not the last run alone: one
+            # run the node sped up must not make the next, ordinary one look like a change.
+            level, sd, n = history.get((key, name), (y["value"], 0.0, 1))
+            # What reruns varied by, against a median of n (its variance ~ pi/2n), and this run's own interval:
+            # a run whose windows disagree among themselves decides nothing by its mean alone.
+            noise = Z * math.sqrt(sd ** 2 * (1 + 1.57 / n) + _se(x) ** 2)
+            usual = {"value": level, "lo": None, "hi": None}
+            rows.append(_row({**where, "kind": "absolute", "reference_is": f"median of {n} earlier runs"}, name, x,
+                             usual, noise, settings["speed_tolerance_pct"],
+                             _verdict(name, x["value"], level, noise, settings["speed_tolerance_pct"])))
         if not a["k"]:
             continue
         pairs = [("speedup", a.get("speedup"), b.get("speedup"), settings["speed_tolerance_pct"], "speedup")]

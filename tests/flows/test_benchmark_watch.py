@@ -1,6 +1,6 @@
 """The scheduled benchmark's flow (flows/benchmark.py: what the cron deployment runs) re-measures
-for real and is judged against the run dir's history: a regression ends the flow run Failed with
-the cause (so the failure alert of deployments/alerts.yaml fires, tests/flows/test_operator_view.py),
+for real and is judged against the run dir's history: a drafter regression ends the flow run Failed
+with the cause (so the failure alert of deployments/alerts.yaml fires, tests/flows/test_operator_view.py),
 and the trend is published.
 
 Real parts: the session's Prefect server, the flow in-process, the real bench phase with two vLLM
@@ -41,7 +41,7 @@ def _better_reference(cfg) -> tuple[str, dict]:
     return name, ref
 
 
-def test_the_benchmark_flow_fails_on_a_regression_naming_the_engine_change(prefect_server, tmp_path):
+def test_the_benchmark_flow_fails_on_a_drafter_regression_naming_the_engine_change(prefect_server, tmp_path):
     from eagle3 import phase_table, pipeline
     from flows.benchmark import eagle3_benchmark
 
@@ -61,11 +61,11 @@ def test_the_benchmark_flow_fails_on_a_regression_naming_the_engine_change(prefe
 
     state = eagle3_benchmark(config_path=str(tmp_path / "config.yaml"), doctor=False, return_state=True)
     assert state.is_failed(), state
-    assert "benchmark regression: regression against the last good run " + name in state.message
+    assert "benchmark regression: drafter regression against the last good run " + name in state.message
     assert "engine version 0.31.0 -> 0.32.0" in state.message and "k=3 c=4 acceptance_length" in state.message
     results = json.loads((cfg.run_dir / "bench" / "results.json").read_text())
-    assert results["watch"]["status"] == "regression" and results["watch"]["reference"]["file"] == name
+    assert results["watch"]["status"] == "drafter regression" and results["watch"]["reference"]["file"] == name
     assert len(list(history.glob("*.json"))) == 2
     artifacts = run_artifacts(state.state_details.flow_run_id)
     trend = next(a for key, a in artifacts.items() if key.endswith("bench-trend"))
-    assert "| 2 |" in trend.data and "regression |" in trend.data
+    assert "| 2 |" in trend.data and "drafter regression |" in trend.data
