@@ -98,16 +98,17 @@ def parity_expectation(cfg: PipelineConfig, drafter: dict) -> tuple[list[float] 
     if cfg.bench.parity.expected_full_acc:
         return list(cfg.bench.parity.expected_full_acc), "bench.parity.expected_full_acc (config)"
     if drafter.get("val_full_acc"):
-        return list(drafter["val_full_acc"]), drafter["expectation_source"]
+        return list(drafter["val_full_acc"]), drafter.get("expectation_source") or \
+            f"{drafter.get('train_manifest')} (val_full_acc from the trainer's log)"
     return None, None
 
 
-def training_prompts(cfg: PipelineConfig, drafter: dict) -> list:
+def training_prompts(cfg: PipelineConfig, drafter: dict | None = None) -> list:
     """A sample (bench.parity.prompts) of the prompts the drafter was trained on: rows spread evenly
     over them (acceptance differs a lot between families of prompts: rows next to each other are often
     one family). Its own training prompts where they are known (a shipped drafter's), else the rows of
     datagen.prompts that data generation used."""
-    if drafter.get("training_prompts") and Path(drafter["training_prompts"]) != cfg.datagen.prompts:
+    if drafter and drafter.get("training_prompts") and Path(drafter["training_prompts"]) != cfg.datagen.prompts:
         rows = load_prompts(Path(drafter["training_prompts"]), None).prompts
     else:
         d = cfg.datagen

@@ -23,7 +23,7 @@ SMOKED = {"datagen_vs_vllm_bench.py", "datagen_client_split.py", "handoff_bench.
           "fanout_bench.py", "first_phase_bench.py", "one_server_probe.py", "noise_sampler.py",
           "startup_probe.py", "modelinfo_share_bench.py", "side_by_side_bench.py", "drafter_acceptance.py",
           "draft_vocab_coverage.py", "derive_profile.py", "alternation_probe.py", "pack_aa_bench.py",
-          "idle_ttft_probe.py"}  # derive_profile: tests/bench/test_derive_profile.py; fanout_bench: tests/flows/test_fanout.py, on that test's two nodes
+          "idle_ttft_probe.py", "rerun_alarms.py"}  # derive_profile: tests/bench/test_derive_profile.py; fanout_bench: tests/flows/test_fanout.py, on that test's two nodes
 SHELL = {"gpu_carry.sh", "gpu_e2e.sh", "gpu_pack_deps.sh", "gpu_sglang.sh", "gpu_sglang_deps.sh", "gpu_wait.sh",
          "run_on_gpu.sh"}
 engine = [pytest.mark.slow, pytest.mark.engine]
@@ -349,3 +349,23 @@ def test_idle_ttft_probe_measures_each_gap_alone_and_after_the_neighbour(vllm_se
     summary = probe.by_gap(rows)
     assert [(s["gap_s"], s["after_neighbour"], s["n"]) for s in summary] == [
         (0.0, False, 1), (0.0, True, 1), (0.2, False, 2), (0.2, True, 1)]
+
+
+def test_rerun_alarms_judges_its_recorded_reruns_as_recorded(tmp_path):
+    """bench/rerun_alarms.py's reruns through the deployment cost ~40 min (their parts are tested in
+    tests/flows/); its --rejudge path runs here on the history it recorded on 2026-12-06 (real SmolLM2, the
+    shipped drafter, vLLM CPU): this checkout's watch must still give the verdicts bench/RESULTS.md reports,
+    no regression in the ten reruns of one drafter and a drafter regression for the worse one."""
+    import gzip
+
+    recorded = REPO / "bench" / "results" / "rerun-alarms-cpu-20261206"
+    history = tmp_path / "history"
+    history.mkdir()
+    for f in (recorded / "history").glob("*.json.gz"):
+        (history / f.name[:-3]).write_bytes(gzip.decompress(f.read_bytes()))
+    out = tmp_path / "rejudged.json"
+    _script("rerun_alarms.py", "--rejudge", str(history), "--out", str(out), timeout=300)
+    verdicts = json.loads(out.read_text())["verdicts"]
+    assert [v["status"] for v in verdicts] == [v["status"] for v in json.loads((recorded / "rejudged.json").read_text())["verdicts"]]
+    assert verdicts[-1]["status"] == "drafter regression" and "drafter checksum" in verdicts[-1]["message"]
+    assert not [v for v in verdicts[:-1] if v["status"] in ("drafter regression", "engine regression")]
