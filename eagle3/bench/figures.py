@@ -137,17 +137,17 @@ def figures(results: dict) -> dict[str, dict]:
         out[f"k{k}-c{c}"] = {"k": k, "concurrency": c, "windows": len(windows), **speed,
                              **acceptance_figures(_pooled_acceptance(windows, results.get("engine", "vllm")),
                                                   _merged_load(windows), seed=seed + 500)}
+    rows = table(results.get("servers", []), results.get("engine", "vllm")) if out else []
     for key, f in out.items():
         if f["k"] and (base := out.get(f"k0-c{f['concurrency']}")):
-            f["speedup"] = _speedup(results, f, base)
+            f["speedup"] = _speedup(rows, f, base)
     return out
 
 
-def _speedup(results: dict, point: dict, base: dict) -> dict:
+def _speedup(rows: list[dict], point: dict, base: dict) -> dict:
     """The paired speedup of the run's own table (its interval over window slots), or, with one window a
     side, the ratio of the two throughputs with their relative errors combined as independent."""
-    row = next((r for r in table(results.get("servers", []), results.get("engine", "vllm"))
-                if r["k"] == point["k"] and r["concurrency"] == point["concurrency"]), None)
+    row = next((r for r in rows if r["k"] == point["k"] and r["concurrency"] == point["concurrency"]), None)
     if row and row.get("speedup") is not None and row.get("speedup_ci"):
         lo, hi = row["speedup_ci"]
         return _interval(row["speedup"], lo, hi, row.get("speedup_method") or "paired over window slots")

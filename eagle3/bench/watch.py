@@ -57,7 +57,6 @@ ENGINE_SIDE = {
 }
 REGRESSIONS = ("drafter regression", "engine regression")
 SEVERITY = ("stable", "improved", "undecided", "node drift", "engine regression", "drafter regression")
-DRAFTER_FIGURES = ("speedup", "acceptance_length", "per_position")
 ABSOLUTE = ("output_tok_s", "mean_tpot_ms")
 
 
