@@ -343,7 +343,7 @@ PY
   qwen-session)
     # Issues 53-55 in one device session (DEADLINE: epoch seconds). The Qwen2.5-Coder model is made from its
     # pieces in the background while they still arrive; the GPU meanwhile reruns the benchmark of the drafter
-    # the pack ships for SmolLM2 (at most SHIPPED_EARLY runs: issue 54's reruns, issue 55's H200 acceptance).
+    # the pack ships for SmolLM2 (at most SHIPPED_EARLY runs, default 1: issue 54's reruns, issue 55's H200 acceptance).
     # Then the Qwen phases up to training, one `--only` run each (the drafter comes back before the benchmark
     # can be cut short), the benchmark sized to the time left, more SmolLM2 reruns (SHIPPED_RUNS in all), the
     # rest as time allows.
@@ -354,7 +354,7 @@ PY
     fi
     qwen_model > "$RESULTS/qwen-model.out" 2>&1 &
     qpid=$! shipped=0
-    while kill -0 "$qpid" 2> /dev/null && [ "$shipped" -lt "${SHIPPED_EARLY:-2}" ] && [ "$(left)" -gt 900 ]; do
+    while kill -0 "$qpid" 2> /dev/null && [ "$shipped" -lt "${SHIPPED_EARLY:-1}" ] && [ "$(left)" -gt 900 ]; do
       shipped_rerun || break
       shipped=$((shipped + 1))
     done
@@ -366,9 +366,11 @@ PY
     done
     if [ "$rc" = 0 ]; then
       DRAFTER_RUN="$qrun" DRAFTER_OUT=drafter-qwen bash "$0" "$RESULTS" drafter-out > "$RESULTS/drafter-out.log" 2>&1
-      # ~150 s for the four servers to start side by side, ~85 s a slot (concurrency 1 and 4), 200 s kept to
-      # bring the files back: as many slots as fit, up to the profile's 3 (+1 while a speedup is undecided).
-      slots=$(( ($(left) - 350) / 85 ))
+      # The servers (each k, the baseline, its twin) start side by side in ~60 s + 15 s each, a slot takes
+      # ~22 s a server (concurrency 1 and 4), 200 s are kept to bring the files back: as many slots as fit,
+      # up to the profile's 3 (+1 while a speedup is undecided).
+      nserv=$(( $(PYTHONPATH="$PACK_PATH" python3 -c 'import sys, yaml; print(len(yaml.safe_load(open(sys.argv[1]))["bench"]["num_speculative_tokens"]))' "$qcfg") + 2 ))
+      slots=$(( ($(left) - 260 - 15 * nserv) / (22 * nserv) ))
       if [ "$slots" -ge 2 ]; then
         windows=$(( slots < 3 ? slots : 3 )) most=$(( slots < 4 ? (slots < 3 ? slots : 3) : 4 ))
         PYTHONPATH="$PACK_PATH" python3 "$REPO/bench/derive_profile.py" "$qcfg" h200-qwen-coder-bench \
