@@ -354,6 +354,8 @@ PY
     fi
     qwen_model > "$RESULTS/qwen-model.out" 2>&1 &
     qpid=$! shipped=0
+    # The reruns need setup's installs: on 2026-12-06 (H100) the first one started before them and failed at once.
+    until grep -qs '"step": "setup", "ok"' "$RESULTS/events.jsonl" || [ "$(left)" -lt 900 ]; do sleep 2; done
     while kill -0 "$qpid" 2> /dev/null && [ "$shipped" -lt "${SHIPPED_EARLY:-1}" ] && [ "$(left)" -gt 900 ]; do
       shipped_rerun || break
       shipped=$((shipped + 1))

@@ -57,7 +57,7 @@ SMOLLM2_H200 = ShippedDrafter(
     source_dir="configs/drafters/smollm2-135m-h200",
     files_sha256={
         "config.json": "20add49f5a71833d6d65915f6d3a4d849c8478439fc3f99eeb176e0404c46f67",
-        PROVENANCE: "b59e933bd98ee0933d8b0f0c1c80b75f333050a6f7d157ba7be6e13c9a673937",
+        PROVENANCE: "0df8cd01f9cef2543dfccd1fd664ffb1934b325fa6c271b3dbe9bb9d87b0802c",
         ARCHIVE: "efd66a6f7a594d8f7c98ef984b869cae73b91d31bd209b1ecc56040af193cca4",
     },
     weights_sha256="fbe7a0d112391d5cda30d1544aaa43b44bb9d0e437b755c78f4668832ab26169",
