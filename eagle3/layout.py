@@ -5,7 +5,7 @@
     bench-history/           every benchmark result kept across reruns
     doctor/                  the doctor's engine probes and its last report
     handoffs/                one JSON report per GPU handoff, named <UTC stamp>-<label>-<pid>.json
-    shards/<phase>/<i>-of-<n>/   one shard of a fanned-out phase: a run dir of its own (its state/, handoffs/,
+    shards/<phase>/<i>-of-<n>/   shard i of n (from 1, as "shard i/n" everywhere) of a fanned-out phase: a run dir of its own (its state/, handoffs/,
                              logs/ and <phase>/ output), on storage every node mounts (docs/fanout.md)
     logs/                    run-level logs (the run's own Prefect server; server-starts.jsonl: one row per engine
                              server start, with its seconds to ready)
@@ -17,7 +17,7 @@
       <phase>.lock                                held while the phase runs (eagle3.phases.phase_lock)
       failures.json, failures.lock                failure signatures for the retry policy
       doctor-cache.json                           the doctor's cached engine probes
-      shards.json                                 the coordinator's view of a fanned-out phase's shards
+      shards.json                                 the coordinator's view of a fanned-out phase's shards, and its earlier runs
       heartbeat.json                              (a shard's run dir) rewritten every few seconds while it runs
       prefect-results/                            the Prefect cache's stored phase results
       configs/<run id>.yaml                       the config each run started with, pinned (eagle3.config.pinned)
@@ -150,7 +150,7 @@ class RunLayout:
         return self.phase_dir("train") / HS_CACHE
 
     def shard_run_dir(self, phase: str, index: int, count: int) -> Path:
-        return self.root / "shards" / phase / f"{index}-of-{count}"
+        return self.root / "shards" / phase / f"{index + 1}-of-{count}"  # as the shard is named: "shard 2/2"
 
     def shard_run_dirs(self) -> list[Path]:
         """Every shard run dir there is, by phase and index."""

@@ -2,9 +2,10 @@
 
 Each shard is a flow run of the `eagle3-shard/<pool>` deployment, sent to a node pool with
 run_deployment; the node's worker runs it. Shard i starts on pool i mod len(pools), counting only the
-pools with an online worker when some have none (those are named at once). A shard still waiting for
-a worker after fanout.start_timeout_s, on a pool whose worker is no longer online, moves to the next
-pool with one (a node gone before its shard started). The coordinator
+pools with a live worker when some have none (those are named at once, and so is a start with no live
+worker anywhere). A worker is lost once its last heartbeat is older than fanout.worker_lost_after_s
+(eagle3/fanout/workers.py); a shard still waiting after fanout.start_timeout_s, on a pool with no live
+worker, moves to the next pool with one (a node gone before its shard started). The coordinator
 watches the runs' states and the shards' heartbeats (files on the shared run dir): a shard that
 failed retryably, or whose heartbeat went silent (its node or worker died: its flow run is then
 marked Crashed), goes to the next pool with an online worker, or waits on its own pool for a
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,7 +31,7 @@ from prefect.states import Cancelled, Crashed
 from eagle3 import phase_table, progress
 from eagle3.config.fanout import fanned_phases
 from eagle3.errors import ConfigError, PipelineError
-from eagle3.fanout import ledger
+from eagle3.fanout import ledger, workers
 from eagle3.fanout.node import shard_config
 from eagle3.fanout.slices import Shard
 from eagle3.pipeline import is_done
@@ -105,7 +107,12 @@ class Attempt:
     def entry(self) -> dict:
         return {"index": self.shard.index, "pool": self.pool, "attempt": self.number, "flow_run": str(self.run_id),
                 "state": self.state, "host": self.host, "cause": self.cause, "done": self.done, "total": self.total,
-                "earlier": self.earlier}
+                "sent_at": self.started, "earlier": self.earlier}
+
+    def summary(self) -> str:
+        count = f" {self.done or 0}/{self.total}" if self.total else ""
+        where = f" on {self.host or self.pool}" if not self.state.startswith("waiting") else ""
+        return f"{self.shard.index + 1}/{self.shard.count}{count} {self.state}{where}"
 
 
 def fanned_out(cfg, config_path: str, phase: str, upstream: str | None, force: bool, force_token: str | None):
@@ -127,6 +134,8 @@ class Coordinator:
         self.params = {"upstream": upstream, "force": force, "force_token": force_token}
         self.fanout = cfg.fanout
         self.shards = [Shard(phase, i, cfg.fanout.count(phase)) for i in range(cfg.fanout.count(phase))]
+        self.key = force_token or uuid.uuid4().hex  # this coordinator's run, in the ledger's history
+        self.said = ""  # the last shard summary shown on the console
         self.log = get_run_logger()
 
     def run(self):
@@ -172,11 +181,10 @@ class Coordinator:
         beat = ledger.heartbeat(self.cfg.run_dir, a.shard)
         if beat and beat.get("at", 0) >= a.started - 1:
             a.host = str(beat.get("host", ""))
-        a.done, a.total = ledger.progress_of(self.cfg.run_dir, a.shard)
+        # Progress is this attempt's own: nothing before it runs (a forced rerun does not show the last run's).
+        a.done, a.total = ledger.progress_of(self.cfg.run_dir, a.shard, since=a.started) if a.host else (None, None)
         a.state = state.name if state else "unknown"
         if state is None or state.type in (StateType.SCHEDULED, StateType.PENDING, StateType.PAUSED):
-            a.state = f"waiting for a worker of pool {a.pool}" if state is None or state.type == StateType.SCHEDULED \
-                else a.state
             return self._waiting(client, a) if state is None or state.type == StateType.SCHEDULED else "running"
         if state.type == StateType.COMPLETED:
             return "done"
@@ -206,27 +214,40 @@ class Coordinator:
 
     def _cause(self, client, a: Attempt, state, said: str) -> str:
         """The real cause of a failed attempt: the phase's own error as the shard recorded it, else (a
-        crash: Prefect's wording names no cause) the loss of its pool's worker, when it has none online."""
-        if state.type == StateType.CRASHED and not self._online(client, a.pool):
-            return f"the worker of pool {a.pool}{self._on(a)} is gone (Prefect: {said})"
+        crash: Prefect's wording names no cause) the loss of its pool's worker, when it has none alive."""
+        view = self._workers(client, a.pool)
+        if state.type == StateType.CRASHED and not view.online:
+            return f"{view.why_not()}{self._on(a)} (Prefect: {said})"
         return said
 
     def _waiting(self, client, a: Attempt) -> str:
         """'running' while a shard may wait; 'move:POOL' once it waited past fanout.start_timeout_s on a
-        pool with no online worker while POOL has one (its run is cancelled first: it never started)."""
+        pool with no live worker while POOL has one (its run is cancelled first: it never started)."""
         now = time.time()
-        a.waiting_since = a.waiting_since or now
+        a.waiting_since = a.waiting_since or a.started
         waited = now - a.waiting_since
-        if waited < self.fanout.start_timeout_s or self._online(client, a.pool):
+        view = self._workers(client, a.pool)
+        a.state = workers.waiting_words(view, None if not view.online else self._busy_with(client, a))
+        if waited < self.fanout.start_timeout_s or view.online:
             return "running"
         other = self._next_pool(client, a.pool)
         if other == a.pool:
             return "running"  # no pool has a worker: it waits for one to come back
-        a.cause = (f"not started after {waited:.0f} s (fanout.start_timeout_s {self.fanout.start_timeout_s:g}): "
-                   f"pool {a.pool} has no online worker")
+        a.cause = f"not started after {waited:.0f} s (fanout.start_timeout_s {self.fanout.start_timeout_s:g}): {view.why_not()}"
         client.set_flow_run_state(a.run_id, Cancelled(message=a.cause), force=True)
         a.state = "moved"
         return f"move:{other}"
+
+    def _busy_with(self, client, a: Attempt) -> str | None:
+        """The name of the run that holds the pool's worker while this shard waits for it, if any."""
+        from prefect.client.schemas.filters import (FlowRunFilter, FlowRunFilterId, FlowRunFilterState,
+                                                    FlowRunFilterStateType, WorkPoolFilter, WorkPoolFilterName)
+
+        runs = client.read_flow_runs(
+            work_pool_filter=WorkPoolFilter(name=WorkPoolFilterName(any_=[a.pool])),
+            flow_run_filter=FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(
+                any_=[StateType.RUNNING, StateType.PENDING])), id=FlowRunFilterId(not_any_=[a.run_id])), limit=1)
+        return runs[0].name if runs else None
 
     def _resend(self, a: Attempt, pool: str) -> Attempt:
         """A shard that never started goes to `pool`; not a failed attempt, so fanout.retries is untouched."""
@@ -237,20 +258,28 @@ class Coordinator:
         return moved
 
     def _placement(self, client) -> list[str]:
-        """The pools shards start on: those with an online worker, the others named at once; every pool
-        when none has one (the shards then wait for workers)."""
+        """The pools shards start on: those with a live worker, the others named at once; every pool
+        when none has one (the shards then wait for workers, which is said too)."""
         pools = self.fanout.pools
-        online = [p for p in pools if self._online(client, p)]
-        if online and len(online) < len(pools):
-            idle = ", ".join(p for p in pools if p not in online)
-            self.log.warning("%s: pool %s has no online worker; its shards start on %s", self.phase, idle, ", ".join(online))
-            progress.note(self.phase, f"pool {idle} has no online worker: shards start on {', '.join(online)}", ok=False)
+        views = {p: self._workers(client, p) for p in pools}
+        online = [p for p in pools if views[p].online]
+        if not online:
+            said = (f"no pool has a live worker ({'; '.join(v.why_not() for v in views.values())}): the shards wait "
+                    f"on their pools until one starts (`prefect worker start --pool POOL` on its node)")
+            self.log.warning("%s: %s", self.phase, said)
+            progress.note(self.phase, said, ok=False)
+        elif len(online) < len(pools):
+            idle = "; ".join(views[p].why_not() for p in pools if p not in online)
+            self.log.warning("%s: %s; its shards start on %s", self.phase, idle, ", ".join(online))
+            progress.note(self.phase, f"{idle}: shards start on {', '.join(online)}", ok=False)
         return online or list(pools)
 
-    @staticmethod
-    def _online(client, pool: str) -> bool:
-        return any(str(getattr(w.status, "value", w.status)).upper() == "ONLINE"
-                   for w in client.read_workers_for_work_pool(work_pool_name=pool))
+    def _workers(self, client, pool: str) -> workers.PoolWorkers:
+        seen = [workers.Worker(w.name, str(getattr(w.status, "value", w.status)),
+                               w.last_heartbeat_time.timestamp() if w.last_heartbeat_time else None,
+                               w.heartbeat_interval_seconds)
+                for w in client.read_workers_for_work_pool(work_pool_name=pool)]
+        return workers.look(pool, seen, time.time(), self.fanout.worker_lost_after_s)
 
     def _on(self, a: Attempt) -> str:
         return f" (host {a.host})" if a.host else ""
@@ -274,17 +303,21 @@ class Coordinator:
         pools = self.fanout.pools
         start = pools.index(failed) if failed in pools else -1
         for pool in pools[start + 1:] + pools[:start + 1]:
-            if self._online(client, pool):
+            if self._workers(client, pool).online:
                 return pool
         return failed
 
     def _record(self, attempts: list[Attempt]) -> None:
         attempts = sorted(attempts, key=lambda a: a.shard.index)
-        ledger.write(self.cfg.run_dir, self.phase, [a.entry() for a in attempts])
+        ledger.write(self.cfg.run_dir, self.phase, [a.entry() for a in attempts], run=self.key)
         totals = [a.total for a in attempts if a.total]
         if len(totals) == len(attempts):
             progress.emit(progress.Event(self.phase, progress.PROGRESS, done=sum(a.done or 0 for a in attempts),
                                          total=sum(totals), detail={"shards": len(attempts)}))
+        said = "shards " + "; ".join(a.summary() for a in attempts)
+        if said != self.said:  # the console's line: what each shard is doing, shown when it changes
+            self.said = said
+            progress.step(self.phase, said)
 
     def _cancel(self, client, attempts) -> None:
         """The coordinator stops (an error, a cancel): its shards' runs stop too; each node's worker ends

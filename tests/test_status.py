@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from eagle3.appendlog import AppendLog
+from eagle3.layout import RunLayout
 
 from eagle3.process import lease
 from eagle3 import progress
@@ -98,7 +99,7 @@ def test_a_run_in_progress_then_failed(tmp_path, make_config):
 
 
 def test_the_services_of_a_fanned_out_phases_shards_are_listed_with_their_shard(tmp_path, make_config):
-    """A shard is a run dir of its own (shards/<phase>/<i>-of-<n>/): its server is registered there, not
+    """A shard is a run dir of its own (shards/<phase>/<i>-of-<n>/, i from 1): its server is registered there, not
     in the run's registry, and `eagle3 status` of the run lists it."""
     cfg = make_config(check_files=False)
     config = tmp_path / "config.yaml"  # not yet run: the config names the run dir
@@ -107,12 +108,28 @@ def test_the_services_of_a_fanned_out_phases_shards_are_listed_with_their_shard(
                                        log=cfg.layout.shard_run_dir("extract", 1, 2) / "extract" / "logs" / "s.log"))
     try:
         out = status(config).stdout
-        assert row(out, "service").startswith(f"extract shard 1-of-2: extract-vllm-server PID {proc.pid} alive, ")
+        assert row(out, "service").startswith(f"extract shard 2/2: extract-vllm-server PID {proc.pid} alive, ")
         [svc] = status_json(config)["services"]
-        assert (svc["shard"], svc["pid"], svc["state"]) == ("extract shard 1-of-2", proc.pid, "alive")
+        assert (svc["shard"], svc["pid"], svc["state"]) == ("extract shard 2/2", proc.pid, "alive")
     finally:
         proc.stop(1)
     assert row(status(config).stdout, "services") == "none registered"  # a stop unregisters the shard's server
+
+
+def test_each_shards_server_starts_are_shown_with_their_shard(tmp_path, make_config):
+    """Each shard writes its own server-starts.jsonl in its run dir; status shows them as it shows the run's."""
+    cfg = make_config(check_files=False)
+    config = tmp_path / "config.yaml"
+    for index, seconds in ((0, 31.5), (1, 12.0)):
+        log = RunLayout(cfg.layout.shard_run_dir("datagen", index, 2)).server_starts
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text(json.dumps({"phase": "datagen", "name": "datagen-vllm-server", "engine": "vllm",
+                                   "seconds": seconds, "steps": {"compile_s": 3.5}, "at": 100.0 + index}) + "\n")
+    lines = [line for line in status(config).stdout.splitlines() if line.strip().startswith("server start")]
+    assert [re.sub(r"^\s*server start\s+", "", line) for line in lines] == [
+        "datagen shard 1/2: datagen-vllm-server: ready in 31.5 s (compile 3.5 s, by its log)",
+        "datagen shard 2/2: datagen-vllm-server: ready in 12.0 s (compile 3.5 s, by its log)"]
+    assert [s["shard"] for s in status_json(config)["server_starts"]] == ["datagen shard 1/2", "datagen shard 2/2"]
 
 
 def test_a_shards_service_on_another_host_is_named_with_its_host_not_probed(tmp_path, make_config, monkeypatch):
@@ -130,7 +147,7 @@ def test_a_shards_service_on_another_host_is_named_with_its_host_not_probed(tmp_
         with lease.hold(shard_dir):
             monkeypatch.undo()
             [svc] = status_json(config)["services"]
-        assert (svc["shard"], svc["pid"], svc["state"]) == ("extract shard 0-of-2", proc.pid,
+        assert (svc["shard"], svc["pid"], svc["state"]) == ("extract shard 1/2", proc.pid,
                                                             "on host node-b (not checked from here)")
     finally:
         proc.stop(1)

@@ -29,8 +29,13 @@ class Fanout(Strict):
         "A running shard whose heartbeat (a file it rewrites every few seconds under the run dir) is older than "
         "this is declared lost (its node or worker died) and retried."))
     start_timeout_s: PositiveFloat = Field(60.0, description=(
-        "A shard still waiting for a worker after this long, on a pool whose worker is no longer online (a node "
-        "gone before its shard started), moves to the next pool with an online worker; not a failed attempt."))
+        "A shard still waiting for a worker after this long, on a pool with no worker or whose worker is lost (a "
+        "node gone before its shard started), moves to the next pool with a live worker; not a failed attempt."))
+    worker_lost_after_s: PositiveFloat | None = Field(None, description=(
+        "A worker whose last heartbeat to Prefect is older than this counts as lost. Default: two of the worker's "
+        "own heartbeat intervals (PREFECT_WORKER_HEARTBEAT_SECONDS: 30 s unless set, so 60 s); Prefect itself "
+        "calls a worker offline only after three, on its own schedule (~93 s seen). A shard waits at most "
+        "max(start_timeout_s, this) + poll_interval_s on a pool whose worker died before it started."))
     poll_interval_s: PositiveFloat = Field(2.0, description="How often the coordinator looks at its shards.")
 
     @field_validator("pools")

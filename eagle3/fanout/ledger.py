@@ -28,16 +28,19 @@ def heartbeat(run_dir: Path, shard: Shard) -> dict | None:
     return beat if isinstance(beat, dict) and isinstance(beat.get("at"), (int, float)) else None
 
 
-def progress_of(run_dir: Path, shard: Shard) -> tuple[int | None, int | None]:
-    """(done, total) of the shard's phase: the total from the shard's own progress record, the done
-    count from the files its output holds where the phase row counts them (a progress record can lag
-    or read 0 for a shard that wrote everything), else from the record."""
+def progress_of(run_dir: Path, shard: Shard, since: float = 0.0) -> tuple[int | None, int | None]:
+    """(done, total) of the shard's phase as run since `since` (an attempt's start: what an earlier run
+    of the shard left is not this attempt's progress): the total from the shard's own progress record,
+    the done count from the files its output holds where the phase row counts them (a progress record
+    can lag or read 0 for a shard that wrote everything), else from the record."""
     layout = RunLayout(shard_dir(run_dir, shard))
     try:
         prog = read_json(layout.progress) or {}
     except (OSError, ValueError):
         prog = {}
     view = (prog.get("phases") or {}).get(shard.phase) or {}
+    if float(view.get("started_at") or 0.0) < since:
+        return None, None
     done, total = view.get("done"), view.get("total")
     written = phase_table.get(shard.phase).count_written(layout.phase_dir(shard.phase))
     if written is not None and (written or done is not None or total is not None):
@@ -45,13 +48,22 @@ def progress_of(run_dir: Path, shard: Shard) -> tuple[int | None, int | None]:
     return done, total
 
 
-def write(run_dir: Path, phase: str, entries: list[dict]) -> None:
+def write(run_dir: Path, phase: str, entries: list[dict], run: str) -> None:
+    """The shards of `phase` as coordinator run `run` sees them now; an earlier run's record moves into
+    the phase's history, oldest first (its moves and attempts stay readable after a forced rerun)."""
     path = RunLayout(run_dir).shards_record
     try:
         record = read_json(path) or {}
     except (OSError, ValueError):
         record = {}
-    record[phase] = {"count": len(entries), "updated_at": time.time(), "shards": entries}
+    now = time.time()
+    last = record.get(phase) if isinstance(record.get(phase), dict) else {}
+    history = list(last.get("history") or [])
+    if last.get("shards") and last.get("run") != run:
+        history.append({k: v for k, v in last.items() if k != "history"})
+    started = last.get("started_at") if last.get("run") == run else now
+    record[phase] = {"run": run, "count": len(entries), "started_at": started, "updated_at": now,
+                     "shards": entries, "history": history}
     atomic_write_json(path, record)
 
 
@@ -75,5 +87,8 @@ def lines(run_dir: Path, phase: str) -> list[str]:
         tries = (f", attempt {s['attempt']} (before: " + "; ".join(
             f"{e.get('state')} on {e.get('pool')}: {e.get('cause')}" for e in before) + ")") if before else ""
         cause = f": {s['cause']}" if s.get("cause") else ""
+        node = "" if str(s.get("state", "")).startswith("waiting") else node  # its words name the pool
         out.append(f"shard {s.get('index', 0) + 1}/{entry.get('count')}: {s.get('state', '?')}{node}{count}{tries}{cause}")
+    if entry.get("history"):
+        out.append(f"earlier runs of this phase: {len(entry['history'])} (state/shards.json keeps their moves and attempts)")
     return out

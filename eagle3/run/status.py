@@ -58,9 +58,13 @@ def _services(run_dir: Path, now: float) -> list[dict]:
     for shard_dir in RunLayout(run_dir).shard_run_dirs():
         host = (lease.lease_holder(shard_dir) or {}).get("host")
         elsewhere = host if host and host != socket.gethostname() else None
-        shard = f"{shard_dir.parent.name} shard {shard_dir.name}"
-        out += [_service(e, now, shard, elsewhere) for e in _entries(shard_dir)]
+        out += [_service(e, now, _shard_label(shard_dir), elsewhere) for e in _entries(shard_dir)]
     return out
+
+
+def _shard_label(shard_dir: Path) -> str:
+    """shards/extract/2-of-2 -> "extract shard 2/2": the words the coordinator's lines use."""
+    return f"{shard_dir.parent.name} shard {shard_dir.name.replace('-of-', '/')}"
 
 
 def _entries(run_dir: Path) -> list[Entry]:
@@ -88,16 +92,19 @@ def _last_handoff(run_dir: Path) -> dict | None:
 
 
 def _server_starts(run_dir: Path, since: float | None) -> list[dict]:
-    """The server starts of this run (since it started), oldest first: how long each took to be ready,
-    and where that went by the engine's own log (steps)."""
-    return [{k: row.get(k) for k in ("phase", "name", "engine", "seconds", "steps", "at")}
-            for row in read_rows(RunLayout(run_dir).server_starts, "server starts")
+    """The server starts of this run (since it started), then its shards' (each writes its own), oldest
+    first: how long each took to be ready, and where that went by the engine's own log (steps)."""
+    dirs = [(None, Path(run_dir))] + [(_shard_label(d), d) for d in RunLayout(run_dir).shard_run_dirs()]
+    rows = [{"shard": shard, **{k: row.get(k) for k in ("phase", "name", "engine", "seconds", "steps", "at")}}
+            for shard, d in dirs for row in read_rows(RunLayout(d).server_starts, "server starts")
             if since is None or float(row.get("at") or 0) >= since]
+    return sorted(rows, key=lambda r: float(r.get("at") or 0))
 
 
 def start_line(start: dict) -> str:
     steps = ", ".join(f"{k[:-2].replace('_', ' ')} {v:.1f} s" for k, v in (start.get("steps") or {}).items())
-    return f"{start['name']}: ready in {start['seconds']:.1f} s" + (f" ({steps}, by its log)" if steps else "")
+    return (f"{start['shard'] + ': ' if start.get('shard') else ''}{start['name']}: ready in {start['seconds']:.1f} s"
+            + (f" ({steps}, by its log)" if steps else ""))
 
 
 def _hidden_states(run_dir: Path, views: dict[str, PhaseView]) -> dict:
