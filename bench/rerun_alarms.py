@@ -17,9 +17,12 @@ before it (eagle3/bench/watch.py):
     .venv/bin/python bench/rerun_alarms.py --reruns 1 --out /tmp/r.json    # one rerun, then the worse drafter
     .venv/bin/python bench/rerun_alarms.py --rejudge HISTORY --out FILE    # this checkout's watch on a recorded
                                                                            # history, run by run
-A slower node was tried too, a process spinning on every CPU: it did not slow vLLM's CPU servers here beyond
-this box's own run-to-run range (bench/RESULTS.md, 2026-12-06); what the watch says of a slowed node is
-tested on recorded runs (tests/test_benchwatch.py).
+A slowed node (--steps, e.g. first,slowed,rerun,rerun,rerun,slowed): during a "slowed" run a process spins
+on each CPU, pinned to it, meant to make every server compete for its core (vLLM's CPU build binds its
+engine to one core). On this box it slowed nothing (bench/results/rerun-alarms-cpu-20261206-slowed/): a
+spinner pinned to the engine's core got at most 2 % of it while vLLM's workers ran there, even at nice -10,
+for a reason not found; what the watch says of a slowed node is tested on recorded runs
+(tests/test_benchwatch.py).
 
 Exit 0 when no normal rerun failed its flow run and the worse drafter failed its flow run as a drafter
 regression; 1 otherwise.
@@ -131,6 +134,20 @@ def rerun(env: dict, config: Path, timeout: float = 1800) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@contextlib.contextmanager
+def neighbour():
+    """A process spinning on every CPU, each pinned to its CPU, for the block; ended by the PIDs started."""
+    code = ("import os, sys\ncpu = int(sys.argv[1])\nos.sched_setaffinity(0, {cpu})\n"
+            "while True:\n    pass\n")
+    spinners = [subprocess.Popen([sys.executable, "-c", code, str(cpu)], stdin=subprocess.DEVNULL,
+                                 start_new_session=True) for cpu in sorted(os.sched_getaffinity(0))]
+    try:
+        yield
+    finally:
+        for proc in spinners:
+            stop(proc, grace=5.0)
+
+
 def perturbed(drafter: Path, sigma: float) -> None:
     """The drafter's lm_head plus Gaussian noise (seeded), written in place: a retrain that came out worse."""
     code = ("import sys, torch\nfrom safetensors.torch import load_file, save_file\n"
@@ -174,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--history-out", type=Path, help="copy the run dir's bench history here (raw files)")
     ap.add_argument("--work", type=Path, help="scratch dir (default: a new temp dir, removed at the end)")
     ap.add_argument("--rejudge", type=Path, metavar="HISTORY", help="only judge a recorded history again")
+    ap.add_argument("--steps", help="the runs, in order, from: first, rerun, slowed (a neighbour spinning on "
+                                    "every CPU), worse (the worse drafter); default: first, --reruns reruns, worse")
     args = ap.parse_args(argv)
     if args.rejudge:
         verdicts = rejudge(args.rejudge)
@@ -189,7 +208,13 @@ def main(argv: list[str] | None = None) -> int:
     config = derive(REPO / "configs" / "smollm2-cpu.yaml", "rerun-alarms", [
         f"run_dir={work / 'run'}", f"bench.drafter={drafter}", "bench.drafter_trained=true", "bench.windows=3",
         "bench.concurrency=[1]", 'bench.parity={"enabled": false}'])
-    plan = [("first", None), *[(f"rerun {i + 1}", None) for i in range(args.reruns)], ("worse drafter", "perturbed")]
+    steps = args.steps.split(",") if args.steps else ["first", *["rerun"] * args.reruns, "worse"]
+    if set(steps) - {"first", "rerun", "slowed", "worse"}:
+        ap.error(f"--steps: unknown step(s) {sorted(set(steps) - {'first', 'rerun', 'slowed', 'worse'})}")
+    names = {"first": "first", "worse": "worse drafter", "slowed": "node slowed"}
+    plan = [(names.get(s, f"rerun {steps[:i + 1].count('rerun')}") if s != "slowed" else
+             f"node slowed {steps[:i + 1].count('slowed')}", {"worse": "perturbed", "slowed": "slowed"}.get(s))
+            for i, s in enumerate(steps)]
     env, procs = serve(work)
     runs = []
     try:
@@ -197,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
             if change == "perturbed":
                 perturbed(drafter, SIGMA)
             t0 = time.monotonic()
-            state = rerun(env, config)
+            with neighbour() if change == "slowed" else contextlib.nullcontext():
+                state = rerun(env, config)
             runs.append({"label": label, "change": change, "seconds": round(time.monotonic() - t0, 1), **state,
                          **verdict(work / "run")})
             print(f"{label}: {state['state']}, watch {runs[-1]['watch']}: {runs[-1]['watch_message']}", flush=True)
@@ -210,8 +236,13 @@ def main(argv: list[str] | None = None) -> int:
                        capture_output=True, timeout=300)
     normal = [r for r in runs if r["label"].startswith("rerun ")]
     alarms = [r for r in normal if r["state"] != "Completed"]
-    checks = {"no false alarm": len(alarms) == 0,
-              "worse drafter caught": runs[-1]["watch"] == "drafter regression" and runs[-1]["state"] == "Failed"}
+    checks = {"no false alarm": len(alarms) == 0}
+    worse = [r for r in runs if r["change"] == "perturbed"]
+    if worse:
+        checks["worse drafter caught"] = all(r["watch"] == "drafter regression" and r["state"] == "Failed" for r in worse)
+    slowed = [r for r in runs if r["change"] == "slowed"]
+    if slowed:  # the node's fault, never the drafter's; it fails a scheduled rerun only as a decided engine regression
+        checks["slowed node never blamed on the drafter"] = all(r["watch"] != "drafter regression" for r in slowed)
     record = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": os.uname().nodename,
               "cpus": os.cpu_count(), "config": str(config.relative_to(REPO)), "sigma": SIGMA,
               "normal_reruns": len(normal), "false_alarms": len(alarms), "checks": checks, "runs": runs}

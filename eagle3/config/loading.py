@@ -4,6 +4,7 @@ listed at once with the field and the fix."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -164,23 +165,52 @@ def parse_config(raw: object, base_dir: Path, source: str = "config", check_file
     return cfg
 
 
+# Every config this process validated, by the bytes it was read from (and the directory its relative
+# paths resolve against): a run validates its config once, at its entry point, and the pinned copy it
+# writes is registered with the same model, so its flow, tasks, handoffs and retries in this process get
+# that model back after reading the file and matching its sha256, never a validation of their own.
+# The models are frozen; a file whose bytes changed is validated anew.
+_validated: dict[tuple[str, str, bool], PipelineConfig] = {}
+
+
+def _key(path: Path, data: bytes, check_files: bool) -> tuple[str, str, bool]:
+    return str(path.resolve().parent), hashlib.sha256(data).hexdigest(), check_files
+
+
+def remember(path: Path, data: bytes, cfg: PipelineConfig, check_files: bool) -> None:
+    """`cfg` is what the file at `path` holding `data` validates to (a pinned copy just written)."""
+    _validated[_key(path, data, check_files)] = cfg
+
+
 def load_config(path: Path | str, check_files: bool = True) -> PipelineConfig:
     """Read, parse and validate a config file completely; ConfigError listing every problem. Bounded
-    in time and memory whatever the file holds (see safe_yaml and inputfiles)."""
+    in time and memory whatever the file holds (see safe_yaml and inputfiles). Bytes this process
+    already validated give the same model back (a validation with file checks serves one without)."""
     path = Path(path)
     if not os.path.lexists(path):
         raise ConfigError(f"{path}: config file not found")
-    raw = read_mapping(path)
+    data = read_capped(path, MAX_CONFIG_BYTES, "config file")
+    for checked in (check_files, True):
+        if (cfg := _validated.get(_key(path, data, checked))) is not None:
+            return cfg
+    raw = _mapping(data, path)
     if isinstance(raw, dict) and PINNED in raw:  # a run's pinned copy (eagle3.config.pinned): read the same way
         header, body = raw[PINNED], raw.get("config")
         source = f"{path} (pinned from {header.get('source') if isinstance(header, dict) else '?'})"
-        return parse_config(body, path.resolve().parent, source=source, check_files=check_files)
-    return parse_config(raw, path.resolve().parent, source=str(path), check_files=check_files)
+        cfg = parse_config(body, path.resolve().parent, source=source, check_files=check_files)
+    else:
+        cfg = parse_config(raw, path.resolve().parent, source=str(path), check_files=check_files)
+    remember(path, data, cfg, check_files)
+    return cfg
 
 
 def read_mapping(path: Path) -> object:
     """A config file's YAML, parsed (bounded), not yet validated."""
-    text = decode_utf8(read_capped(path, MAX_CONFIG_BYTES, "config file"), str(path))
+    return _mapping(read_capped(path, MAX_CONFIG_BYTES, "config file"), path)
+
+
+def _mapping(data: bytes, path: Path) -> object:
+    text = decode_utf8(data, str(path))
     raw = safe_yaml.load(text, str(path))
     if raw is None:
         raise ConfigError(f"{path}: the file is empty (or holds only comments); start from configs/smollm2-cpu.yaml (CPU) or configs/h200-smollm2.yaml (one GPU)")

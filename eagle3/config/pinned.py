@@ -21,7 +21,7 @@ import yaml
 from .. import owned, phase_table
 from ..errors import echo
 from ..fsio import atomic_write_text
-from .loading import PINNED, load_config, parse_config, read_mapping, resolved_mapping
+from .loading import PINNED, load_config, read_mapping, remember, resolved_mapping
 from .model import PipelineConfig
 
 SCHEMA = 1
@@ -47,9 +47,9 @@ def pin(config_path: Path | str, run_id: str, check_files: bool = True) -> Pinne
     back, whatever the YAML says now; otherwise the YAML is validated and pinned."""
     path = Path(config_path)
     raw = read_mapping(path)
+    cfg = load_config(path, check_files)  # the entry point's validation of these bytes, when it made one
     if isinstance(raw, dict) and PINNED in raw:
-        return Pinned(load_config(path, check_files), path)
-    cfg = parse_config(copy.deepcopy(raw), path.resolve().parent, source=str(path), check_files=check_files)
+        return Pinned(cfg, path)
     target = cfg.layout.pinned_config(run_id)
     if target.is_file():
         owned.read_bytes(target, what="the run's pinned config")  # ours, not a link: NotOwned otherwise
@@ -58,12 +58,14 @@ def pin(config_path: Path | str, run_id: str, check_files: bool = True) -> Pinne
     previous = latest(cfg.layout.pinned_configs)
     if previous:
         owned.read_bytes(previous, what="the run dir's last pinned config")
-    changes = changed(_read_body(previous), body, previous) if previous else []
+    fingerprints = {p: cfg.fingerprint(p) for p in phase_table.names()}
+    changes = changed(previous, body, fingerprints) if previous else []
     header = {"schema": SCHEMA, "source": str(path.resolve()), "run_id": run_id, "pinned_at": time.time(),
-              "fingerprints": {p: cfg.fingerprint(p) for p in phase_table.names()}}
+              "fingerprints": fingerprints}
     text = yaml.safe_dump({PINNED: header, "config": body}, sort_keys=False, allow_unicode=True)
     atomic_write_text(target, text)
     os.chmod(target, 0o600)  # it may hold an inline api_key, as the YAML it copies does
+    remember(target, text.encode(), cfg, check_files)  # every reader of the copy in this process: this model
     _prune(cfg.layout.pinned_configs, keep=target)
     return Pinned(cfg, target, changes)
 
@@ -74,20 +76,22 @@ def latest(directory: Path) -> Path | None:
     return copies[-1] if copies else None
 
 
-def changed(old: dict | None, new: dict, previous: Path) -> list[str]:
-    """Per phase whose fingerprint differs from the previous run's: the phase, both fingerprints and
-    the keys that differ (values shown, never a secret's)."""
-    if not isinstance(old, dict):
-        return []
+def changed(previous: Path, new: dict, fingerprints: dict[str, str]) -> list[str]:
+    """Per phase whose fingerprint differs from the previous run's (as its pinned copy's header recorded
+    them: nothing is validated again): the phase, both fingerprints and the keys that differ (values
+    shown, never a secret's)."""
     try:
-        before = load_config(previous, check_files=False)
+        raw = read_mapping(previous)
     except Exception:  # noqa: BLE001 - an unreadable old copy (another schema): nothing to compare with
         return []
-    after = parse_config(copy.deepcopy(new), Path("/"), source="config", check_files=False)
+    header, old = (raw.get(PINNED), raw.get("config")) if isinstance(raw, dict) else (None, None)
+    before = header.get("fingerprints") if isinstance(header, dict) else None
+    if not isinstance(old, dict) or not isinstance(before, dict):
+        return []
     diffs = _diff(old, new)
     lines = []
     for phase in phase_table.names():
-        a, b = before.fingerprint(phase), after.fingerprint(phase)
+        a, b = before.get(phase), fingerprints[phase]
         if a != b:
             keys = [d for d in diffs if d.split(":", 1)[0].split(".", 1)[0] in (phase, "target")]
             lines.append(f"{phase}: config fingerprint {a} -> {b}" + (f" ({'; '.join(keys)})" if keys else ""))
@@ -106,14 +110,6 @@ def _diff(old, new, where: str = "") -> list[str]:
     if _SECRET in where:
         return [f"{where}: changed"]
     return [f"{where}: {echo(old, 60)} -> {echo(new, 60)}"]
-
-
-def _read_body(path: Path) -> dict | None:
-    try:
-        raw = read_mapping(path)
-    except Exception:  # noqa: BLE001 - see changed()
-        return None
-    return raw.get("config") if isinstance(raw, dict) else None
 
 
 def _prune(directory: Path, keep: Path) -> None:

@@ -88,3 +88,42 @@ def test_a_failure_is_said_once_with_its_cause_and_its_fix(tmp_path):
     shown = subprocess.run([EAGLE3, "status", str(path.parent / "run")], capture_output=True, text=True, timeout=60)
     error = next(line for line in shown.stdout.splitlines() if line.startswith("error"))
     assert "preflight: DoctorFailed: preflight failed: model-files:" in error and cause in error, shown.stdout
+
+
+COUNTER = '''import os
+log = os.environ.get("EAGLE3_TEST_VALIDATIONS")
+if log:
+    import eagle3.config.loading as loading
+    validate = loading.parse_config
+
+    def counted(*args, **kwargs):
+        with open(log, "a") as out:
+            out.write(f"{os.getpid()} {kwargs.get('source', '')}\\n")
+        return validate(*args, **kwargs)
+
+    loading.parse_config = counted
+'''
+
+
+def test_one_eagle3_run_validates_its_config_once(tmp_path):
+    """Issue 56: the config is validated at the entry point; the flow, the pin, every task and handoff get
+    that model (the pinned copy is registered with it), a rerun's pin compares fingerprints from the last
+    copy's header. Every validation in every process of the run is counted (a sitecustomize on its path)."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(COUNTER)
+    path = write_noop_config(tmp_path / "cfg", name="cli-loads")
+    log = tmp_path / "validations.log"
+    env = base_env() | overrides_env() | {"PREFECT_HOME": str(tmp_path / "prefect-home"),
+                                          "EAGLE3_TEST_VALIDATIONS": str(log)}
+    env["PYTHONPATH"] = os.pathsep.join([str(hook), env["PYTHONPATH"]])
+    try:
+        for run in ("first", "rerun"):
+            log.unlink(missing_ok=True)
+            res = subprocess.run([EAGLE3, "run", str(path), "--no-doctor"], env=env, stdin=subprocess.DEVNULL,
+                                 capture_output=True, text=True, timeout=500)
+            assert res.returncode == 0, f"{run}: {res.stdout[-2000:]}\n{res.stderr[-3000:]}"
+            lines = log.read_text().splitlines()
+            assert len(lines) == 1 and lines[0].endswith(str(path)), f"{run}: validations {lines}"
+    finally:
+        end_session_leftovers(tmp_path / "prefect-home")
