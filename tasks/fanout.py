@@ -139,6 +139,8 @@ class Coordinator:
         self.log = get_run_logger()
 
     def run(self):
+        if problem := ledger.legacy_dirs_problem(self.cfg.run_dir, self.phase):
+            raise ConfigError(problem)
         pools = self.fanout.pools
         with get_client(sync_client=True) as client:
             ensure_deployments(client, pools)

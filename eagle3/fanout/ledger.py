@@ -19,6 +19,18 @@ def shard_dir(run_dir: Path, shard: Shard) -> Path:
     return RunLayout(run_dir).shard_run_dir(shard.phase, shard.index, shard.count)
 
 
+def legacy_dirs_problem(run_dir: Path, phase: str) -> str | None:
+    """Shard dirs numbered from 0 (`0-of-2`, `1-of-2`: the pack before 2026-12-06) cannot be resumed under
+    the numbering from 1: `1-of-2` would be another shard's. Nothing is renamed (their records name
+    their own paths); the operator removes them, and those shards are redone."""
+    where = RunLayout(run_dir).root / "shards" / phase
+    if not any(where.glob("0-of-*")):
+        return None
+    return (f"{where}: its shard dirs are numbered from 0 (a run dir of an earlier pack version); shards are "
+            f"numbered from 1 now, and {where}/1-of-N would be read as another shard's. Remove {where} (those "
+            f"shards are redone; the phase's merged output, if done, is kept), then run again")
+
+
 def heartbeat(run_dir: Path, shard: Shard) -> dict | None:
     """The shard's last heartbeat (host, boot id, PID, `at`), or None if it never beat."""
     try:

@@ -61,3 +61,14 @@ def test_the_ledger_keeps_every_coordinator_runs_shards(tmp_path):
     assert [h["run"] for h in record["history"]] == ["first", "second"]
     assert record["history"][0]["shards"] == [moved], "the first run's move is still there"
     assert ledger.lines(tmp_path, "datagen")[-1].startswith("earlier runs of this phase: 2")
+
+
+def test_shard_dirs_numbered_from_0_are_refused_not_misread(tmp_path):
+    """Under the numbering from 1, an old run dir's `1-of-2` (its second shard) would be read as the first."""
+    assert ledger.legacy_dirs_problem(tmp_path, "datagen") is None
+    (tmp_path / "shards" / "datagen" / "1-of-2").mkdir(parents=True)
+    assert ledger.legacy_dirs_problem(tmp_path, "datagen") is None, "a dir of the numbering from 1"
+    (tmp_path / "shards" / "datagen" / "0-of-2").mkdir()
+    problem = ledger.legacy_dirs_problem(tmp_path, "datagen")
+    assert problem and "numbered from 0" in problem and f"Remove {tmp_path / 'shards' / 'datagen'}" in problem
+    assert ledger.legacy_dirs_problem(tmp_path, "extract") is None
