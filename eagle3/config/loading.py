@@ -165,16 +165,17 @@ def parse_config(raw: object, base_dir: Path, source: str = "config", check_file
     return cfg
 
 
-# Every config this process validated, by the bytes it was read from (and the directory its relative
-# paths resolve against): a run validates its config once, at its entry point, and the pinned copy it
-# writes is registered with the same model, so its flow, tasks, handoffs and retries in this process get
-# that model back after reading the file and matching its sha256, never a validation of their own.
-# The models are frozen; a file whose bytes changed is validated anew.
-_validated: dict[tuple[str, str, bool], PipelineConfig] = {}
+# Every config this process validated, by the bytes it was read from, the directory its relative paths
+# resolve against and the schema it was validated by (the phase table's and the engines' model): a run
+# validates its config once, at its entry point, and the pinned copy it writes is registered with the
+# same model, so its flow, tasks, handoffs and retries in this process get that model back after reading
+# the file and matching its sha256, never a validation of their own. The models are frozen; a file whose
+# bytes changed, or a schema that changed (a test's own phase table or engine), is validated anew.
+_validated: dict[tuple, PipelineConfig] = {}
 
 
-def _key(path: Path, data: bytes, check_files: bool) -> tuple[str, str, bool]:
-    return str(path.resolve().parent), hashlib.sha256(data).hexdigest(), check_files
+def _key(path: Path, data: bytes, check_files: bool) -> tuple:
+    return str(path.resolve().parent), hashlib.sha256(data).hexdigest(), check_files, config_model()
 
 
 def remember(path: Path, data: bytes, cfg: PipelineConfig, check_files: bool) -> None:
