@@ -58,6 +58,10 @@ SIGMA = 0.17  # noise on the lm_head, in units of each row's standard deviation:
 # drafter's held-out acceptance from 2.64 to 2.58, 2.48, 2.31 (one window each, this box, 2026-12-06)
 
 
+STEPS = {"first": ("first", None), "rerun": ("rerun {n}", None), "slowed": ("node slowed {n}", "slowed"),
+         "worse": ("worse drafter", "perturbed")}  # a step of --steps: its label, and what it changes
+
+
 def prefect_env(home: Path, port: int) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     return env | {"PREFECT_HOME": str(home), "PREFECT_API_URL": f"http://127.0.0.1:{port}/api",
@@ -209,12 +213,9 @@ def main(argv: list[str] | None = None) -> int:
         f"run_dir={work / 'run'}", f"bench.drafter={drafter}", "bench.drafter_trained=true", "bench.windows=3",
         "bench.concurrency=[1]", 'bench.parity={"enabled": false}'])
     steps = args.steps.split(",") if args.steps else ["first", *["rerun"] * args.reruns, "worse"]
-    if set(steps) - {"first", "rerun", "slowed", "worse"}:
-        ap.error(f"--steps: unknown step(s) {sorted(set(steps) - {'first', 'rerun', 'slowed', 'worse'})}")
-    names = {"first": "first", "worse": "worse drafter", "slowed": "node slowed"}
-    plan = [(names.get(s, f"rerun {steps[:i + 1].count('rerun')}") if s != "slowed" else
-             f"node slowed {steps[:i + 1].count('slowed')}", {"worse": "perturbed", "slowed": "slowed"}.get(s))
-            for i, s in enumerate(steps)]
+    if unknown := sorted(set(steps) - set(STEPS)):
+        ap.error(f"--steps: unknown step(s) {unknown}; choose from {', '.join(STEPS)}")
+    plan = [(STEPS[s][0].format(n=steps[:i + 1].count(s)), STEPS[s][1]) for i, s in enumerate(steps)]
     env, procs = serve(work)
     runs = []
     try:

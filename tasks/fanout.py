@@ -102,7 +102,6 @@ class Attempt:
     done: int | None = None
     total: int | None = None
     earlier: list = field(default_factory=list)  # the entries of this shard's failed attempts
-    waiting_since: float | None = None  # first seen waiting for a worker of its pool
 
     def entry(self) -> dict:
         return {"index": self.shard.index, "pool": self.pool, "attempt": self.number, "flow_run": str(self.run_id),
@@ -225,9 +224,7 @@ class Coordinator:
     def _waiting(self, client, a: Attempt) -> str:
         """'running' while a shard may wait; 'move:POOL' once it waited past fanout.start_timeout_s on a
         pool with no live worker while POOL has one (its run is cancelled first: it never started)."""
-        now = time.time()
-        a.waiting_since = a.waiting_since or a.started
-        waited = now - a.waiting_since
+        waited = time.time() - a.started  # it has waited since it was sent: it has not started
         view = self._workers(client, a.pool)
         a.state = workers.waiting_words(view, None if not view.online else self._busy_with(client, a))
         if waited < self.fanout.start_timeout_s or view.online:

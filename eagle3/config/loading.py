@@ -188,13 +188,22 @@ def load_config(path: Path | str, check_files: bool = True) -> PipelineConfig:
     in time and memory whatever the file holds (see safe_yaml and inputfiles). Bytes this process
     already validated give the same model back (a validation with file checks serves one without)."""
     path = Path(path)
+    return validated(path, read_config_bytes(path), check_files)
+
+
+def read_config_bytes(path: Path) -> bytes:
     if not os.path.lexists(path):
         raise ConfigError(f"{path}: config file not found")
-    data = read_capped(path, MAX_CONFIG_BYTES, "config file")
+    return read_capped(path, MAX_CONFIG_BYTES, "config file")
+
+
+def validated(path: Path, data: bytes, check_files: bool = True) -> PipelineConfig:
+    """The model of the config file at `path` read as `data` (load_config, for a caller that needs the
+    bytes it validated too: what it pins is then what was validated)."""
     for checked in (check_files, True):
         if (cfg := _validated.get(_key(path, data, checked))) is not None:
             return cfg
-    raw = _mapping(data, path)
+    raw = parse_mapping(data, path)
     if isinstance(raw, dict) and PINNED in raw:  # a run's pinned copy (eagle3.config.pinned): read the same way
         header, body = raw[PINNED], raw.get("config")
         source = f"{path} (pinned from {header.get('source') if isinstance(header, dict) else '?'})"
@@ -207,10 +216,10 @@ def load_config(path: Path | str, check_files: bool = True) -> PipelineConfig:
 
 def read_mapping(path: Path) -> object:
     """A config file's YAML, parsed (bounded), not yet validated."""
-    return _mapping(read_capped(path, MAX_CONFIG_BYTES, "config file"), path)
+    return parse_mapping(read_capped(path, MAX_CONFIG_BYTES, "config file"), path)
 
 
-def _mapping(data: bytes, path: Path) -> object:
+def parse_mapping(data: bytes, path: Path) -> object:
     text = decode_utf8(data, str(path))
     raw = safe_yaml.load(text, str(path))
     if raw is None:

@@ -21,7 +21,8 @@ import yaml
 from .. import owned, phase_table
 from ..errors import echo
 from ..fsio import atomic_write_text
-from .loading import PINNED, load_config, read_mapping, remember, resolved_mapping
+from .loading import (PINNED, load_config, parse_mapping, read_config_bytes, read_mapping, remember,
+                      resolved_mapping, validated)
 from .model import PipelineConfig
 
 SCHEMA = 1
@@ -46,8 +47,9 @@ def pin(config_path: Path | str, run_id: str, check_files: bool = True) -> Pinne
     handed its copy); a run that already pinned one (a retry of the same flow run) gets its own copy
     back, whatever the YAML says now; otherwise the YAML is validated and pinned."""
     path = Path(config_path)
-    raw = read_mapping(path)
-    cfg = load_config(path, check_files)  # the entry point's validation of these bytes, when it made one
+    data = read_config_bytes(path)  # one read: what is pinned is what was validated
+    raw = parse_mapping(data, path)
+    cfg = validated(path, data, check_files)  # the entry point's validation of these bytes, when it made one
     if isinstance(raw, dict) and PINNED in raw:
         return Pinned(cfg, path)
     target = cfg.layout.pinned_config(run_id)

@@ -94,12 +94,13 @@ def lines(run_dir: Path, phase: str) -> list[str]:
     for s in entry.get("shards") or []:
         done, total = s.get("done"), s.get("total")
         count = f", {done}/{total}" if total else ""
-        node = f" on {s['pool']}" + (f" (host {s['host']})" if s.get("host") else "") if s.get("pool") else ""
+        waiting = str(s.get("state", "")).startswith("waiting")  # its words name the pool
+        node = f" on {s['pool']}" + (f" (host {s['host']})" if s.get("host") else "") \
+            if s.get("pool") and not waiting else ""
         before = s.get("earlier") or []
         tries = (f", attempt {s['attempt']} (before: " + "; ".join(
             f"{e.get('state')} on {e.get('pool')}: {e.get('cause')}" for e in before) + ")") if before else ""
         cause = f": {s['cause']}" if s.get("cause") else ""
-        node = "" if str(s.get("state", "")).startswith("waiting") else node  # its words name the pool
         out.append(f"shard {s.get('index', 0) + 1}/{entry.get('count')}: {s.get('state', '?')}{node}{count}{tries}{cause}")
     if entry.get("history"):
         out.append(f"earlier runs of this phase: {len(entry['history'])} (state/shards.json keeps their moves and attempts)")
