@@ -64,6 +64,42 @@ def service() -> list[str]:
     return SMOKE_SERVICE if SMOKE else SERVICE
 
 
+class Moments:
+    """Where a pack round's time goes around the service's own exit and release: when the group's SIGTERM
+    left, and what NVML's shutdown and the report's write took (both after the GPUs were proven free).
+    Read by wrapping the calls, so the handoff code measured is the pack's own, unchanged."""
+
+    def __init__(self):
+        self.t0, self.seen = 0.0, {}
+
+    def __enter__(self):
+        import eagle3.handoff.core as core
+        import eagle3.process.stopping as stopping
+
+        self._undo = []
+
+        def wrap(owner, name, record):
+            real = getattr(owner, name)
+
+            def timed(*a, **kw):
+                t = time.monotonic()
+                try:
+                    return real(*a, **kw)
+                finally:
+                    record(t, time.monotonic())
+            setattr(owner, name, timed)
+            self._undo.append((owner, name, real))
+
+        wrap(stopping.os, "killpg", lambda t, _: self.seen.setdefault("sigterm_after_s", round(t - self.t0, 4)))
+        wrap(core._Nvml, "close", lambda t, e: self.seen.__setitem__("nvml_close_s", round(e - t, 4)))
+        wrap(core, "_write", lambda t, e: self.seen.__setitem__("report_write_s", round(e - t, 4)))
+        return self
+
+    def __exit__(self, *exc):
+        for owner, name, real in reversed(self._undo):
+            setattr(owner, name, real)
+
+
 def pack_round(work: Path) -> dict:
     run = work / "run"
     sup = Supervisor(state_dir_for(run))
@@ -71,12 +107,14 @@ def pack_round(work: Path) -> dict:
     proc = sup.launch(LaunchSpec(name="cuda", argv=service(), log=log, gpus=[] if SMOKE else [0]))
     proc.wait_ready([LogProbe(log, r"^READY$")], timeout_s=180, poll_s=0.1)
     held = gpu0_used_now()
-    t0 = time.monotonic()
-    report = run_handoff(run, Handoff(grace_s=15, deadline_s=60, poll_interval_s=0.05), [] if SMOKE else [0],
-                         supervisor=sup)
-    took = time.monotonic() - t0
+    with Moments() as moments:
+        t0 = moments.t0 = time.monotonic()
+        report = run_handoff(run, Handoff(grace_s=15, deadline_s=60, poll_interval_s=0.05), [] if SMOKE else [0],
+                             supervisor=sup)
+        took = time.monotonic() - t0
     assert report.ok and gpu0_used_now() <= THRESHOLD and not procfs.alive(proc.pid)
-    return {"seconds": round(took, 4), "held_mib": held, "steps": {s["name"]: s["seconds"] for s in report.steps}}
+    return {"seconds": round(took, 4), "held_mib": held, "steps": {s["name"]: s["seconds"] for s in report.steps},
+            "verify": next(s["detail"] for s in report.steps if s["name"] == "verify"), **moments.seen}
 
 
 def plain_service(log_path: Path):
@@ -191,7 +229,8 @@ def main() -> None:
         for i in range(max(args.pack_rounds, args.ritual_rounds)):
             if i < args.pack_rounds:
                 pack.append(pack_round(Path(tempfile.mkdtemp(dir=tmp))))
-                print(f"pack   round {i}: {pack[-1]['seconds']:.3f} s", flush=True)
+                print(f"pack   round {i}: {pack[-1]['seconds']:.3f} s "
+                      f"{ {k: v for k, v in pack[-1].items() if k not in ('seconds', 'held_mib', 'steps')} }", flush=True)
                 floor.append(floor_round(Path(tempfile.mkdtemp(dir=tmp))))
                 print(f"floor  round {i}: {floor[-1]['seconds']:.3f} s", flush=True)
             if i < args.ritual_rounds:

@@ -141,10 +141,12 @@ def run_handoff(run_dir: Path, settings: Handoff, gpus: list[int] | None, ports:
             # The wait for release counts from here, not from the handoff's start: a service's own stop
             # grace (spent above) may be longer than the whole deadline, and memory is freed only
             # after its last process is gone.
-            blockers, reused = _verify(report, settings, nvml.backend if checking else None, gpus or [], ports,
-                                       ownership, deadline=time.monotonic() + settings.deadline_s,
-                                       open_files=open_files)
+            blockers, reused, released_s = _verify(report, settings, nvml.backend if checking else None, gpus or [],
+                                                   ports, ownership, deadline=time.monotonic() + settings.deadline_s,
+                                                   open_files=open_files)
             rec["detail"] = "clean" if not blockers else f"{len(blockers)} blocker(s)"
+            if released_s is not None:  # the rest of the step is the proof itself
+                rec["detail"] += f"; NVML read the GPUs released {released_s:.3f} s into the step"
             if reused:
                 rec["detail"] += "; device files from the holders step's /proc pass (GPUs released at the first look)"
             report.problems[:0] = [_stuck_problem(t, checking) for t in report.stuck]
@@ -325,7 +327,7 @@ def _stuck_problem(t: dict, checking: bool) -> str:
 
 def _verify(report: HandoffReport, settings: Handoff, backend: GpuBackend | None, gpus: list[int],
             ports: list[int], ownership: Ownership, deadline: float,
-            open_files: dict[str, set[int]] | None = None) -> tuple[list[str], bool]:
+            open_files: dict[str, set[int]] | None = None) -> tuple[list[str], bool, float | None]:
     """Poll until the GPUs and ports are proven free, or the deadline passes. Owned stragglers
     found on the way are ended. A foreign holder, or a process that survived SIGKILL, that stays
     for a whole grace period ends the wait early: nothing this handoff may do will make it go.
@@ -334,16 +336,17 @@ def _verify(report: HandoffReport, settings: Handoff, backend: GpuBackend | None
     stopped and when it found none left to end. When NVML reads every GPU released at the first look,
     the first check reuses it (its PIDs that exited since dropped) instead of a pass of its own: NVML
     and the ports are read anew, and no process of ours can have opened a GPU since.
-    Returns the blockers, and whether that pass was reused."""
+    Returns the blockers, whether that pass was reused, and when NVML first read the GPUs released (seconds
+    into the wait; None if it did not before the first full check)."""
     done: set[int] = {e["pid"] for e in report.ended}
     first_seen: dict[int, float] = {}
     # The services were stopped a moment ago and the driver frees their memory 0.04-0.1 s after they
     # exit: a full check now would only see that memory and cost a whole /proc scan more. A holder that
     # is still there after one poll interval gets the full check (and its ending or naming) then.
-    released = False
+    released, t0 = False, time.monotonic()
     if backend is not None and gpus:
-        released = _await_release(backend, gpus, settings.used_mib_threshold,
-                                  min(time.monotonic() + settings.poll_interval_s, deadline))
+        released = _await_release(backend, gpus, settings.used_mib_threshold, min(t0 + settings.poll_interval_s, deadline))
+    released_s = round(time.monotonic() - t0, 3) if released else None
     reuse = open_files if released else None
     reused = reuse is not None
     while True:
@@ -355,7 +358,7 @@ def _verify(report: HandoffReport, settings: Handoff, backend: GpuBackend | None
                 every = _snapshot(backend, gpus)
             except PipelineError as e:
                 report.gpu_check = f"failed: NVML error: {e}"
-                return [report.gpu_check], reused
+                return [report.gpu_check], reused, released_s
             holders = find_holders(every, settings.dev_dir, ownership, gpus, open_files=reuse)
             reuse = None  # later checks make their own pass
             states = [s for s in every if s.index in gpus]
@@ -377,14 +380,14 @@ def _verify(report: HandoffReport, settings: Handoff, backend: GpuBackend | None
             if t["pid"] in holders:
                 t["gpus"], t["used_mib"] = sorted(holders[t["pid"]].gpus), holders[t["pid"]].used_mib
         if not blockers:
-            return [], reused
+            return [], reused, released_s
         # Nothing this handoff may do will make these go: a foreign holder, or one that survived SIGKILL.
         immovable = [h.pid for h in holders.values() if h.cls == "foreign"] + list(_stuck_pids(report))
         immovable += [p["pid"] for p in listeners if p["class"] == "foreign"]
         for pid in immovable:
             first_seen.setdefault(pid, now)
         if any(now - first_seen[pid] >= settings.grace_s for pid in immovable) or now >= deadline:
-            return blockers, reused
+            return blockers, reused, released_s
         _await_release(backend, gpus, settings.used_mib_threshold, min(now + settings.poll_interval_s, deadline))
 
 
