@@ -367,7 +367,8 @@ PY
       rc=$?
     done
     if [ "$rc" = 0 ]; then
-      DRAFTER_RUN="$qrun" DRAFTER_OUT=drafter-qwen bash "$0" "$RESULTS" drafter-out > "$RESULTS/drafter-out.log" 2>&1
+      [ "${DRAFTER_BACK:-1}" = 1 ] &&
+        DRAFTER_RUN="$qrun" DRAFTER_OUT=drafter-qwen bash "$0" "$RESULTS" drafter-out > "$RESULTS/drafter-out.log" 2>&1
       # The servers (each k, the baseline, its twin) start side by side in ~60 s + 15 s each, a slot takes
       # ~22 s a server (concurrency 1 and 4), 200 s are kept to bring the files back: as many slots as fit,
       # up to the profile's 3 (+1 while a speedup is undecided).
@@ -384,6 +385,11 @@ PY
         # Issue 53's "pack's own cost": a rerun of the same config does nothing but the run's own start.
         [ "$(left)" -gt 150 ] && BUDGET_S=60 run_config "$REPO/configs/.h200-qwen-coder-bench.yaml" "$RESULTS/run-rerun.log"
       fi
+      # The draft vocabulary as a lever: its coverage of the target's answers to the validation prompts, by size.
+      timeout 120 "$REPO/.gpu-engine/bin/python" "$REPO/bench/draft_vocab_coverage.py" --samples "$qrun/datagen/samples.jsonl" \
+        --train-manifest "$qrun/train/manifest.json" --drafter "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["checkpoint"])' "$qrun/train/manifest.json")" \
+        --token-freq "$qrun/extract/prepared/token_freq.pt" --sizes 8192,16384,32768,65536,151936 \
+        --out "$RESULTS/draft-vocab-coverage.json" > "$RESULTS/draft-vocab-coverage.log" 2>&1
     fi
     while [ "$shipped" -lt "${SHIPPED_RUNS:-4}" ] && [ "$(left)" -gt 330 ]; do
       shipped_rerun || break

@@ -27,6 +27,13 @@ def sample_ids(cfg) -> set[str] | None:
     return {str(row["id"]) for row in read_rows(samples(cfg), "generated samples") if "id" in row}
 
 
+def prepared_sample_ids(cfg) -> list[str | None] | None:
+    """Per row of the prepared dataset the trainer reads, in its order, the id of the sample it came from
+    (None where unmatched); None when extraction recorded no such list (an index from before it did)."""
+    ids = (read_json(cfg.layout.prepared_index) or {}).get("sample_ids")
+    return list(ids) if isinstance(ids, list) else None
+
+
 def generation_settings(samples_file: Path) -> dict:
     """The content-deciding settings the samples in `samples_file` were generated with (sampling,
     prompt set hash); {} when their record is gone."""

@@ -61,3 +61,41 @@ def test_validation_accuracy_is_read_from_the_trainers_log(tmp_path):
     assert validation_full_acc(log) == [0.988, 0.969, 0.951]
     log.write_text("dry run: no metrics\n")
     assert validation_full_acc(log) is None and validation_full_acc(tmp_path / "missing.log") is None
+
+
+def test_each_prepared_row_is_traced_to_the_sample_whose_prompt_it_starts_with(tmp_path):
+    """prepare-data shuffles and keeps no id: a row is its sample's prompt ids then the answer's."""
+    from eagle3.engine_side.index_prepared import prompt_ids_of, sample_of_row
+
+    rows = [{"id": "a", "meta": {"prompt_token_ids": [1, 5, 6]}}, {"id": "b", "meta": {"prompt_token_ids": [1, 5]}},
+            {"id": "c", "meta": {"prompt_token_ids": [1, 7, 7, 7]}}, {"id": "d", "meta": {"prompt_token_ids": [1, 7, 7, 7]}},
+            {"id": "e", "meta": {"prompt_token_ids": []}}, {"id": "f"}]
+    (tmp_path / "s.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"id": "g", "me')  # torn last row
+    table = prompt_ids_of(tmp_path / "s.jsonl")
+    assert sample_of_row([1, 5, 9, 9], table) == "b"       # the shortest prompt it starts with
+    assert sample_of_row([1, 5, 6, 9], table) == "b"       # b's prompt is a's prefix: b, the shorter, wins
+    assert sample_of_row([1, 7, 7, 7, 3], table) is None   # two samples share that prompt: not guessed
+    assert sample_of_row([2, 5, 6], table) is None and sample_of_row([1], table) is None
+
+
+def test_the_validation_split_is_the_trainers_last_rows():
+    from eagle3.engines.speculators_cli import validation_rows
+
+    assert validation_rows(4096) == range(3686, 4096) and validation_rows(12) == range(10, 12)
+    assert validation_rows(100, "0.75") == range(75, 100)
+    assert validation_rows(100, "x") == range(90, 100)  # the trainer refuses that value itself
+
+
+def test_parity_serves_the_drafters_validation_prompts_where_its_record_names_them(make_config, tmp_path):
+    from eagle3.bench.inputs import parity_prompts
+
+    rows = "".join(json.dumps({"id": f"p{i}", "prompt": f"q{i}"}) + "\n" for i in range(40))
+    (tmp_path / "p.jsonl").write_text(rows)
+    cfg = make_config({"datagen": {"prompts": str(tmp_path / "p.jsonl"), "max_samples": 32},
+                       "bench": {"parity": {"prompts": 4}}}, check_files=False)
+    held = [f"p{i}" for i in (3, 9, 12, 20, 27, 31)] + ["p39", "gone"]  # p39 was never generated, "gone" not a row
+    got, kind = parity_prompts(cfg, {"data": {"validation_ids": held}})
+    assert kind == "validation" and [p.id for p in got] == ["p3", "p9", "p20", "p27"]
+    for drafter in ({"data": {"validation_ids": None}}, {"data": None}, {}, {"data": {"validation_ids": ["gone"]}}):
+        got, kind = parity_prompts(cfg, drafter)
+        assert kind == "training" and [p.id for p in got] == ["p0", "p8", "p16", "p24"]

@@ -1,17 +1,19 @@
 """The serve-parity gate and the per-category acceptance of the benchmark (free of I/O).
 
 Serve parity. Training measured how often the drafter's token at each draft position is right
-(speculators' per-position validation accuracy val/full_acc_<i>_epoch, on data held back from
-training but drawn like it, teacher-forced on the target's own hidden states). Served on a sample of
-the prompts it was trained on, by the same target, the drafter should be accepted about that often:
-the expected acceptance length at k is 1 + sum of the first k accuracies. What is compared is the
-served acceptance length on *training* prompts (not held-out ones: those measure generalisation,
-reported separately by the main windows) against that expectation. Far below it, the drafter is fine
-but what the engine serves is not what was trained: the cause is in the handover. The comparison is
-loose (bench.parity.min_fraction, 0.3, of the expected gain over 1) because serving differs from
-validation in ways that are not faults: greedy decoding of a whole answer instead of teacher-forced
-positions, other sampling than the data generation's, a shorter or longer answer, and prompts of
-other families than the average. Measured on vLLM CPU with the tiny fixture drafter (validation
+(speculators' per-position validation accuracy val/full_acc_<i>_epoch, teacher-forced on the target's own
+hidden states, over the prepared dataset's last rows, which it never trained on). Served by the same
+target, the drafter should be accepted about that often: the expected acceptance length at k is 1 + sum
+of the first k accuracies. What is served for the comparison is the prompts of those very validation
+samples where the drafter's training record names them (data.validation_ids: extraction maps each
+prepared row back to its sample, phases/train.py records the trainer's split), so that like is
+compared with like; else a sample of its training prompts, which it serves better than it validated (on
+2026-12-06's H100 record, 3.557 on 16 training prompts against 2.975 expected: +20 %). The report gives
+each k's deviation from the expectation. The gate fails only far below it (bench.parity.min_fraction,
+0.3, of the expected gain over 1), where the drafter learned and what the engine serves is not it:
+serving also differs from validation in ways that are not faults (free-running greedy decoding of a
+whole answer instead of teacher-forced positions, other sampling than the data generation's, a
+shorter or longer answer). Measured on vLLM CPU with the tiny fixture drafter (validation
 0.988/0.969/0.951, expected length 3.91 at k=3; trained on rows 1-64 of the tiny prompt set sampled at
 temperature 0.8), greedy, 32 tokens: rows 1-8 gave 1.45, rows 13-20 3.28, 8 rows spread over the 64
 2.02 and 2.20 (35-41 % of the expected gain); the same drafter with a corrupted vocabulary map gives
@@ -62,17 +64,20 @@ def evaluate_parity(expected_full_acc: list[float] | None, expectation_source: s
         got = acc["acceptance_length"]
         gate["by_k"][str(k)] = {"expected_acceptance_length": round(want, 3), "required": round(need, 3),
                                 "measured_acceptance_length": round(got, 3),
+                                "vs_expected_pct": round((got - want) / want * 100, 1),
                                 "measured_per_position": [round(p, 3) for p in acc.get("per_position") or []],
                                 "expected_per_position": expected_full_acc[:k]}
         if got < need:
             failed.append(f"k={k}: {got:.3f} < {need:.3f} ({min_fraction:.0%} of the expected gain over 1; "
                           f"expected {want:.3f} from training's per-position accuracy {expected_full_acc[:k]})")
-    where = f"on {prompts['count']} training prompts" if prompts else "on training prompts"
+    kind = (prompts or {}).get("kind", "training")
+    where = f"on {prompts['count']} {kind} prompts" if prompts else f"on {kind} prompts"
     if failed:
         return {**gate, "status": "failed", "likely_causes": HANDOVER_CAUSES,
                 "message": f"serve parity: the drafter served {where} falls short of what training measured: "
                            f"{'; '.join(failed)}. The drafter learned; what the engine serves is not it"}
-    shown = ", ".join(f"k={k}: {v['measured_acceptance_length']:.3f} (expected {v['expected_acceptance_length']:.3f})"
+    shown = ", ".join(f"k={k}: {v['measured_acceptance_length']:.3f} (expected {v['expected_acceptance_length']:.3f}, "
+                      f"{v['vs_expected_pct']:+.1f} %)"
                       for k, v in gate["by_k"].items())
     return {**gate, "status": "passed", "message": f"serve parity {where}: {shown}"}
 

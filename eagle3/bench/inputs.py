@@ -108,16 +108,34 @@ def training_prompts(cfg: PipelineConfig, drafter: dict | None = None) -> list:
     over them (acceptance differs a lot between families of prompts: rows next to each other are often
     one family). Its own training prompts where they are known (a shipped drafter's), else the rows of
     datagen.prompts that data generation used."""
+    return _spread(_trained_rows(cfg, drafter), cfg.bench.parity.prompts)
+
+
+def parity_prompts(cfg: PipelineConfig, drafter: dict) -> tuple[list, str]:
+    """The serve-parity gate's prompts and what they are. Its validation prompts where its training record
+    names them: the prompts of the samples its validation accuracy was measured on, drawn like its training
+    data and never trained on, so that serving them is expected to give that accuracy back. Else its
+    training prompts, which it serves better than it validated (it learned their very answers)."""
+    held = set((drafter.get("data") or {}).get("validation_ids") or ())
+    rows = [p for p in _trained_rows(cfg, drafter) if p.id in held]
+    if rows:
+        return _spread(rows, cfg.bench.parity.prompts), "validation"
+    return training_prompts(cfg, drafter), "training"
+
+
+def _trained_rows(cfg: PipelineConfig, drafter: dict | None) -> list:
     if drafter and drafter.get("training_prompts") and Path(drafter["training_prompts"]) != cfg.datagen.prompts:
-        rows = load_prompts(Path(drafter["training_prompts"]), None).prompts
-    else:
-        d = cfg.datagen
-        ps = load_prompts(d.prompts, None, skip_invalid=d.skip_invalid_prompts)
-        used = handover.sample_ids(cfg)
-        if used is None:
-            used = {p.id for p in ps.prompts[: d.max_samples]} if d.max_samples else set(ps.ids)
-        rows = [p for p in ps.prompts if p.id in used]
-    n = min(cfg.bench.parity.prompts, len(rows))
+        return load_prompts(Path(drafter["training_prompts"]), None).prompts
+    d = cfg.datagen
+    ps = load_prompts(d.prompts, None, skip_invalid=d.skip_invalid_prompts)
+    used = handover.sample_ids(cfg)
+    if used is None:
+        used = {p.id for p in ps.prompts[: d.max_samples]} if d.max_samples else set(ps.ids)
+    return [p for p in ps.prompts if p.id in used]
+
+
+def _spread(rows: list, count: int) -> list:
+    n = min(count, len(rows))
     return [rows[i * len(rows) // n] for i in range(n)]
 
 

@@ -3,9 +3,15 @@ token ids, so the pack (no pyarrow/datasets in its venv) can check hs_{i}.safete
 Python: the file of sample i must hold seq_len[i] positions whose token_ids hash to ids_sha256[i].
 
 Runs with the ENGINE interpreter (needs `datasets`):
-    python index_prepared.py --data PREPARED_DIR --out INDEX.json
+    python index_prepared.py --data PREPARED_DIR --out INDEX.json [--samples SAMPLES.jsonl]
 Hash: sha256 over the ids as little-endian int64 (the layout of token_ids in the hs files), first
 16 hex digits.
+
+With --samples (phase 1's samples.jsonl): `sample_ids`, per prepared row the id of the sample it was
+tokenised from, or null. prepare-data shuffles the rows and keeps no id, and the trainer validates on the
+last rows of that order: this is how the pack knows which prompts its validation accuracy was measured on.
+A row is matched by its prompt: it starts with the token ids the serving engine reported for that prompt
+(meta.prompt_token_ids, rendered by the same server's chat template); a sample without them matches no row.
 """
 
 from __future__ import annotations
@@ -23,22 +29,54 @@ def ids_digest(ids: list[int]) -> str:
     return hashlib.sha256(struct.pack(f"<{len(ids)}q", *ids)).hexdigest()[:16]
 
 
+def prompt_ids_of(samples: Path) -> dict[int, dict[tuple, str | None]]:
+    """By prompt length, each sample's prompt token ids -> its id (None where two samples share a prompt)."""
+    by_len: dict[int, dict[tuple, str | None]] = {}
+    with open(samples, encoding="utf-8") as fh:
+        for line in fh:
+            try:
+                row = json.loads(line)
+                ids = (row.get("meta") or {}).get("prompt_token_ids")
+            except (ValueError, AttributeError):
+                continue  # a torn last line: the producer's, never repaired here
+            if ids and "id" in row:
+                seen, key = by_len.setdefault(len(ids), {}), tuple(ids)
+                seen[key] = None if key in seen else str(row["id"])
+    return dict(sorted(by_len.items()))  # shortest first: a row's prompt is its shortest matching prefix
+
+
+def sample_of_row(ids: list[int], by_len: dict[int, dict[tuple, str | None]]) -> str | None:
+    """The id of the one sample whose prompt ids the row starts with (None: no such sample, or several)."""
+    for n, prompts in by_len.items():
+        if n > len(ids):
+            break
+        if hit := prompts.get(tuple(ids[:n])):
+            return hit
+    return None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", type=Path, required=True)
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--samples", type=Path)
     args = ap.parse_args()
 
     from datasets import load_from_disk
 
-    ds = load_from_disk(str(args.data)).select_columns(["input_ids"])
-    seq_len, digests = [], []
-    for row in ds.iter(batch_size=1024):
-        for ids in row["input_ids"]:
+    ds = load_from_disk(str(args.data)).with_format(None).select_columns(["input_ids"])
+    by_len = prompt_ids_of(args.samples) if args.samples is not None else None
+    seq_len, digests, sample_ids = [], [], []
+    for batch in ds.iter(batch_size=1024):
+        for ids in batch["input_ids"]:
             seq_len.append(len(ids))
-            digests.append(ids_digest(list(ids)))
+            digests.append(ids_digest(ids))
+            if by_len is not None:
+                sample_ids.append(sample_of_row(ids, by_len))
     index = {"num_samples": len(seq_len), "total_tokens": sum(seq_len), "seq_len": seq_len, "ids_sha256": digests,
              "hash": "sha256(int64 little-endian ids)[:16]"}
+    if by_len is not None:
+        index["sample_ids"] = sample_ids
     fd, tmp = tempfile.mkstemp(dir=args.out.parent, prefix=f".{args.out.name}.", suffix=".tmp")
     with os.fdopen(fd, "w") as fh:
         json.dump(index, fh, separators=(",", ":"))

@@ -73,6 +73,21 @@ def generate_offline_data_argv(env: EngineEnv, endpoint: str, preprocessed: Path
 # ---- train -------------------------------------------------------------------------------------
 
 
+# speculators train validates on the prepared dataset's last rows, in prepare-data's (shuffled) order:
+# rows [int(n * ratio), n) with --train-data-ratio, 0.9 unless given (0.9.0's schema default).
+TRAIN_DATA_RATIO = 0.9
+
+
+def validation_rows(num_rows: int, train_data_ratio: str | None = None) -> range:
+    """The prepared rows the trainer measures its validation accuracy on; `train_data_ratio`: the
+    --train-data-ratio a user gave the trainer (train.extra_args), if any."""
+    try:
+        ratio = float(train_data_ratio) if train_data_ratio is not None else TRAIN_DATA_RATIO
+    except ValueError:
+        ratio = TRAIN_DATA_RATIO  # the trainer refuses such a value itself, before it validates anything
+    return range(int(num_rows * ratio), num_rows)
+
+
 def train_argv(env: EngineEnv, *, target: Path, data_path: Path, hidden_states_path: Path, save_path: Path,
                target_layer_ids: list[int], epochs: int, lr: float, total_seq_len: int,
                draft_vocab_size: int | None, ttt_steps: int, hidden_states_dtype: str, dry_run: bool,

@@ -67,7 +67,7 @@ SCHEMA = 1
 
 log = logging.getLogger("eagle3.bench")
 
-from ..bench.inputs import held_out_prompts, parity_expectation, refuse_unloadable, resolve_drafter, training_prompts
+from ..bench.inputs import held_out_prompts, parity_expectation, parity_prompts, refuse_unloadable, resolve_drafter
 from ..bench.measure import measure_interleaved, measure_server
 from ..bench.starts import round_starts
 from ..bench.paths import BenchPaths, slug
@@ -293,12 +293,13 @@ def _side_by_side_flags(cfg: PipelineConfig, drafter: dict, prompts: dict,
 
 def _probes(cfg: PipelineConfig, drafter: dict, prompts: dict, paths: BenchPaths) -> list[dict]:
     """The prompt subsets whose acceptance each speculative server also measures: the parity
-    sample of training prompts (a trained drafter with an expectation), and each category of the
-    benchmark prompts. Every engine: each window's acceptance is the delta of the server's own counters."""
+    sample (a trained drafter with an expectation: its validation prompts, else its training prompts), and
+    each category of the benchmark prompts. Every engine: each window's acceptance is the delta of the
+    server's own counters."""
     sets = []
     if cfg.bench.parity.enabled and drafter["trained"] and parity_expectation(cfg, drafter)[0]:
-        rows = training_prompts(cfg, drafter)
-        sets.append(("training prompts (parity)", "parity", "parity", [p.id for p in rows],
+        rows, kind = parity_prompts(cfg, drafter)
+        sets.append((f"{kind} prompts (parity)", "parity", "parity", [p.id for p in rows],
                      [p.messages[-1]["content"] for p in rows]))
     for name, idx in sorted(categories_of(prompts).items()):
         slug = "cat-" + "".join(ch if ch.isalnum() else "_" for ch in name)[:40]
@@ -330,7 +331,8 @@ def _parity(cfg: PipelineConfig, drafter: dict, runs: list[dict]) -> dict | None
     expected, source = parity_expectation(cfg, drafter)
     gate = evaluate_parity(expected, source, {k: p["window"]["acceptance"] if p else None for k, p in found.items()},
                            cfg.bench.parity.min_fraction, bool(drafter["trained"]),
-                           {"count": sample["count"], "ids": sample["ids"]} if sample else None)
+                           {"count": sample["count"], "ids": sample["ids"],
+                            "kind": sample.get("name", "training").split()[0]} if sample else None)
     # What the drafter's own data was sampled at (its train manifest, or the provenance file beside a
     # bench.drafter), never this config's datagen section: that may describe other data.
     trained_at, served_at = training_temperature(drafter), cfg.bench.temperature

@@ -39,13 +39,14 @@ class BenchWatch(Strict):
 
 
 class BenchParity(Strict):
-    """Serve-parity gate: the drafter served on a sample of its training prompts must come close to
-    what training measured on them (eagle3/bench/gates.py)."""
+    """Serve-parity gate: the drafter served on a sample of the prompts its validation accuracy was measured
+    on (else of its training prompts) must come close to what training measured (eagle3/bench/gates.py)."""
 
-    enabled: bool = Field(True, description="Serve the drafter on a sample of its training prompts and compare "
-                                            "with what training measured on them.")
-    prompts: int = Field(16, ge=1, description="Training prompts in the sample, spread evenly over the rows data "
-                                               "generation used.")
+    enabled: bool = Field(True, description="Serve the drafter on a sample of its validation prompts (its "
+                                            "training record names them; else its training prompts) and compare "
+                                            "with what training measured.")
+    prompts: int = Field(16, ge=1, description="Prompts in the sample, spread evenly over the drafter's validation "
+                                               "rows (else over the rows data generation used).")
     # A broken handover gives ~0; the sound fixture drafter, greedy on CPU, 0.35-0.41 (eagle3/bench/gates.py).
     min_fraction: float = Field(0.3, gt=0, le=1, description=(
         "Measured (acceptance length - 1) must reach this share of training's expectation."))

@@ -196,7 +196,7 @@ def _index(cfg: PipelineConfig, sup: Supervisor, paths: ExtractPaths) -> Prepare
     if not paths.index.exists():
         script = hs_server.ENGINE_SIDE_DIR / "index_prepared.py"
         argv = [*cfg.engines.speculators.python_argv(), str(script), "--data", str(paths.prepared),
-                "--out", str(paths.index)]
+                "--out", str(paths.index), "--samples", str(handover.samples(cfg))]
         progress.step(PHASE, "indexing the prepared data")
         sup.run(_command(cfg, paths, "index-prepared", argv))
     try:

@@ -37,14 +37,14 @@ from ..drafters.export import export_drafter
 from ..engines import engine_registry, trainer_compat
 from ..engines.serving import client_env
 from ..drafters.formats import LAYER_INPUT, LAYOUT_CONVENTION, PROVENANCE, layout_of
-from ..engines.speculators_cli import train_argv
+from ..engines.speculators_cli import train_argv, validation_rows
 from ..errors import CommandFailed, ConfigError, GateError, PipelineError, TrainingStopped
 from ..fsio import atomic_write_json, fsync_dir
 from ..layout import TRAIN_MANIFEST
 from ..progress import PhaseProgress
 from ..process.services import LaunchSpec, Supervisor
 from .train_resume import INTERRUPTED, checkpoint_freq_allows_resume, finished_checkpoint, prepare_resume
-from .. import handover
+from .. import handover, managed
 from . import PhaseSummary, train_online
 from .extract_manifest import ExtractManifest, manifest_path, read_extract_manifest
 from .train_log import follow_training, validation_full_acc
@@ -214,11 +214,19 @@ def gate_for_engine(cfg: PipelineConfig, source: Path, engine: str, aux_vllm: li
     return served, report
 
 
-def data_provenance(ext: ExtractManifest) -> dict:
-    """What the drafter learned from: phase 1's sampling (its manifest beside the samples file) and the sizes."""
+def data_provenance(cfg: PipelineConfig, ext: ExtractManifest) -> dict:
+    """What the drafter learned from: phase 1's sampling (its manifest beside the samples file), the sizes,
+    and the ids of the samples its validation accuracy was measured on (the serve-parity gate serves
+    their prompts: text drawn like the training data that the drafter never trained on)."""
     settings = handover.generation_settings(Path(ext.source_samples))
+    rows = handover.prepared_sample_ids(cfg)
+    held = None
+    if rows is not None:
+        split = validation_rows(len(rows), managed.flag_value(list(cfg.train.extra_args), "--train-data-ratio"))
+        held = [rows[i] for i in split if rows[i] is not None]
     return {"samples": ext.num_samples, "tokens": ext.total_tokens, "source_samples": ext.source_samples,
-            "sampling": settings.get("sampling"), "prompts_sha256": settings.get("prompts_sha256")}
+            "sampling": settings.get("sampling"), "prompts_sha256": settings.get("prompts_sha256"),
+            "validation_ids": held}
 
 
 def run_train(cfg: PipelineConfig, sup: Supervisor) -> PhaseSummary:
@@ -263,7 +271,7 @@ def run_train(cfg: PipelineConfig, sup: Supervisor) -> PhaseSummary:
         "gate": report.to_dict(), "train_log": str(paths.log), "seconds": round(time.time() - t0, 1),
         "val_full_acc": None if dry else validation_full_acc(paths.log),
         "created_at": time.time(), "hidden_states_mode": ext.mode, "online": online,
-        "trainer": {"versions": versions, "kernel_flags": kernel}, "data": data_provenance(ext),
+        "trainer": {"versions": versions, "kernel_flags": kernel}, "data": data_provenance(cfg, ext),
     }
     # Beside the checkpoint, so that it travels with it: what it learned from, and what training measured
     # (the serve-parity gate's expectation wherever the drafter is benchmarked later: bench.drafter).

@@ -45,6 +45,17 @@ def test_every_engine_measures_the_parity_sample_and_each_category(make_config, 
         assert [json.loads(line)["prompt"] for line in qa.splitlines()] == ["what is x?", "what is y?"]
 
 
+def test_a_drafter_whose_record_names_its_validation_samples_is_served_their_prompts(make_config, tmp_path):
+    rows = "".join(json.dumps({"id": f"p{i}", "prompt": f"q{i}"}) + "\n" for i in range(20))
+    (tmp_path / "p.jsonl").write_text(rows)
+    cfg = make_config({"datagen": {"prompts": str(tmp_path / "p.jsonl"), "max_samples": 20},
+                       "bench": {"parity": {"prompts": 2}}}, check_files=False)
+    drafter = {**TRAINED, "data": {"validation_ids": ["p18", "p19"]}}
+    probes = {p["name"]: p for p in _probes(cfg, drafter)}
+    assert probes["validation prompts (parity)"]["ids"] == ["p18", "p19"]
+    assert "training prompts (parity)" not in probes
+
+
 def test_an_untrained_drafter_gets_no_parity_sample(make_config):
     probes = _probes(_config(make_config, "sglang"), {**TRAINED, "trained": False})
     assert [p["kind"] for p in probes] == ["category", "category"]

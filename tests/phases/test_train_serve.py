@@ -104,6 +104,12 @@ def test_cpu_rehearsal_dry_run_serves_and_trained_fixture_beats_it(tmp_path):
     record = json.loads((Path(manifest["checkpoint"]) / PROVENANCE).read_text())
     assert record["trained"] is False and record["training"]["val_full_acc"] is None
     assert record["training"]["aux_layer_ids_vllm"] == [2, 4, 5] and record["data"]["samples"] == manifest["data"]["samples"]
+    # Each prepared row traced back to its sample through the prompt ids vLLM reported in phase 1; the
+    # trainer's validation rows (the last tenth, in prepare-data's shuffled order) named by sample id.
+    generated = [json.loads(line)["id"] for line in cfg.layout.samples.read_text().splitlines()]
+    rows = json.loads(cfg.layout.prepared_index.read_text())["sample_ids"]
+    assert sorted(rows) == sorted(generated) and rows != generated  # every row found; shuffled
+    assert record["data"]["validation_ids"] == manifest["data"]["validation_ids"] == rows[10:]
     report = check_drafter(manifest["checkpoint"], "vllm", target=cfg.target.model, expected_aux_ids=[2, 4, 5])
     assert report.ok, report.render()
 
