@@ -372,13 +372,14 @@ PY
       # The servers (each k, the baseline, its twin) start side by side in ~60 s + 15 s each, a slot takes
       # ~22 s a server (concurrency 1 and 4), 200 s are kept to bring the files back: as many slots as fit,
       # up to the profile's 3 (+1 while a speedup is undecided).
-      nserv=$(( $(PYTHONPATH="$PACK_PATH" python3 -c 'import sys, yaml; print(len(yaml.safe_load(open(sys.argv[1]))["bench"]["num_speculative_tokens"]))' "$qcfg") + 2 ))
+      # QWEN_KS (e.g. "[3]"): fewer speculative configs than the profile's k = 2-5, for a shorter session.
+      nserv=$(( $(PYTHONPATH="$PACK_PATH" python3 -c 'import sys, yaml; print(len(yaml.safe_load(sys.argv[2] or "null") or yaml.safe_load(open(sys.argv[1]))["bench"]["num_speculative_tokens"]))' "$qcfg" "${QWEN_KS:-}") + 2 ))
       slots=$(( ($(left) - 260 - 15 * nserv) / (22 * nserv) ))
       if [ "$slots" -ge 2 ]; then
         windows=$(( slots < 3 ? slots : 3 )) most=$(( slots < 4 ? (slots < 3 ? slots : 3) : 4 ))
         PYTHONPATH="$PACK_PATH" python3 "$REPO/bench/derive_profile.py" "$qcfg" h200-qwen-coder-bench \
           --set name=h200-qwen-coder --set run_dir=../runs/h200-qwen-coder \
-          --set bench.windows=$windows --set bench.max_windows=$most > /dev/null &&
+          --set bench.windows=$windows --set bench.max_windows=$most ${QWEN_KS:+--set bench.num_speculative_tokens=$QWEN_KS} > /dev/null &&
         BUDGET_S=$(( $(left) - 120 )) sampled "$qrun" run_config "$REPO/configs/.h200-qwen-coder-bench.yaml" \
           "$RESULTS/run-qwen.log" --only bench
         rc=$?

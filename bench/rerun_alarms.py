@@ -17,12 +17,13 @@ before it (eagle3/bench/watch.py):
     .venv/bin/python bench/rerun_alarms.py --reruns 1 --out /tmp/r.json    # one rerun, then the worse drafter
     .venv/bin/python bench/rerun_alarms.py --rejudge HISTORY --out FILE    # this checkout's watch on a recorded
                                                                            # history, run by run
-A slowed node (--steps, e.g. first,slowed,rerun,rerun,rerun,slowed): during a "slowed" run a process spins
-on each CPU, pinned to it, meant to make every server compete for its core (vLLM's CPU build binds its
-engine to one core). On this box it slowed nothing (bench/results/rerun-alarms-cpu-20261206-slowed/): a
-spinner pinned to the engine's core got at most 2 % of it while vLLM's workers ran there, even at nice -10,
-for a reason not found; what the watch says of a slowed node is tested on recorded runs
-(tests/test_benchwatch.py).
+A throttled node (--steps, e.g. first,throttled,rerun,rerun,rerun,throttled): during a "throttled" run the
+worker, and so every process of its flow run (the servers, the load generator), sits in a CPU cgroup capped
+at --throttle-cpus CPUs (default 1.0 of this box's 2), as a container runtime's CPU limit caps a node; the
+worker is moved back and the cgroup removed after the run. Nothing the pack records changes, so the watch
+may only call it node drift, and judge it on absolute figures once 3 earlier runs give its between-run
+noise. (A first try, a process spinning on each CPU pinned to it, slowed nothing: vLLM's CPU build kept
+its core, bench/results/rerun-alarms-cpu-20261206-slowed/.) Needs a writable cgroup cpu controller (root).
 
 Exit 0 when no normal rerun failed its flow run and the worse drafter failed its flow run as a drafter
 regression; 1 otherwise.
@@ -58,8 +59,9 @@ SIGMA = 0.17  # noise on the lm_head, in units of each row's standard deviation:
 # drafter's held-out acceptance from 2.64 to 2.58, 2.48, 2.31 (one window each, this box, 2026-12-06)
 
 
-STEPS = {"first": ("first", None), "rerun": ("rerun {n}", None), "slowed": ("node slowed {n}", "slowed"),
+STEPS = {"first": ("first", None), "rerun": ("rerun {n}", None), "throttled": ("node throttled {n}", "throttled"),
          "worse": ("worse drafter", "perturbed")}  # a step of --steps: its label, and what it changes
+CGROUP = Path("/sys/fs/cgroup")
 
 
 def prefect_env(home: Path, port: int) -> dict:
@@ -139,17 +141,28 @@ def rerun(env: dict, config: Path, timeout: float = 1800) -> dict:
 
 
 @contextlib.contextmanager
-def neighbour():
-    """A process spinning on every CPU, each pinned to its CPU, for the block; ended by the PIDs started."""
-    code = ("import os, sys\ncpu = int(sys.argv[1])\nos.sched_setaffinity(0, {cpu})\n"
-            "while True:\n    pass\n")
-    spinners = [subprocess.Popen([sys.executable, "-c", code, str(cpu)], stdin=subprocess.DEVNULL,
-                                 start_new_session=True) for cpu in sorted(os.sched_getaffinity(0))]
+def throttled(worker: int, cpus: float):
+    """`worker` (this script's own child) and all it starts meanwhile in a new CPU cgroup capped at `cpus`
+    CPUs, for the block; then every process in that cgroup (the worker and what is left of its children,
+    all ours) is moved back to the root cgroup and the cgroup removed."""
+    v2 = (CGROUP / "cgroup.controllers").is_file()
+    root = CGROUP if v2 else CGROUP / "cpu"
+    group = root / f"eagle3-rerun-alarms-{os.getpid()}"
+    group.mkdir()
     try:
+        period = 100_000
+        if v2:
+            (group / "cpu.max").write_text(f"{int(cpus * period)} {period}")
+        else:
+            (group / "cpu.cfs_period_us").write_text(str(period))
+            (group / "cpu.cfs_quota_us").write_text(str(int(cpus * period)))
+        (group / "cgroup.procs").write_text(str(worker))
         yield
     finally:
-        for proc in spinners:
-            stop(proc, grace=5.0)
+        for pid in (group / "cgroup.procs").read_text().split():
+            with contextlib.suppress(ProcessLookupError, OSError):  # exited since the read
+                (root / "cgroup.procs").write_text(pid)
+        group.rmdir()
 
 
 def perturbed(drafter: Path, sigma: float) -> None:
@@ -195,8 +208,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--history-out", type=Path, help="copy the run dir's bench history here (raw files)")
     ap.add_argument("--work", type=Path, help="scratch dir (default: a new temp dir, removed at the end)")
     ap.add_argument("--rejudge", type=Path, metavar="HISTORY", help="only judge a recorded history again")
-    ap.add_argument("--steps", help="the runs, in order, from: first, rerun, slowed (a neighbour spinning on "
-                                    "every CPU), worse (the worse drafter); default: first, --reruns reruns, worse")
+    ap.add_argument("--steps", help="the runs, in order, from: first, rerun, throttled (the worker's flow run in a "
+                                    "CPU cgroup), worse (the worse drafter); default: first, --reruns reruns, worse")
+    ap.add_argument("--throttle-cpus", type=float, default=1.0, help="the CPU cap of a throttled run")
     args = ap.parse_args(argv)
     if args.rejudge:
         verdicts = rejudge(args.rejudge)
@@ -223,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
             if change == "perturbed":
                 perturbed(drafter, SIGMA)
             t0 = time.monotonic()
-            with neighbour() if change == "slowed" else contextlib.nullcontext():
+            with throttled(procs[0].pid, args.throttle_cpus) if change == "throttled" else contextlib.nullcontext():
                 state = rerun(env, config)
             runs.append({"label": label, "change": change, "seconds": round(time.monotonic() - t0, 1), **state,
                          **verdict(work / "run")})
@@ -241,11 +255,12 @@ def main(argv: list[str] | None = None) -> int:
     worse = [r for r in runs if r["change"] == "perturbed"]
     if worse:
         checks["worse drafter caught"] = all(r["watch"] == "drafter regression" and r["state"] == "Failed" for r in worse)
-    slowed = [r for r in runs if r["change"] == "slowed"]
-    if slowed:  # the node's fault, never the drafter's; it fails a scheduled rerun only as a decided engine regression
-        checks["slowed node never blamed on the drafter"] = all(r["watch"] != "drafter regression" for r in slowed)
+    slowed = [r for r in runs if r["change"] == "throttled"]
+    if slowed:  # the node's fault: nothing recorded changed, so never a regression of the drafter or the engine
+        checks["throttled node never blamed"] = all(r["watch"] not in ("drafter regression", "engine regression")
+                                                    and r["state"] == "Completed" for r in slowed)
     record = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": os.uname().nodename,
-              "cpus": os.cpu_count(), "config": str(config.relative_to(REPO)), "sigma": SIGMA,
+              "cpus": os.cpu_count(), "config": str(config.relative_to(REPO)), "sigma": SIGMA, "throttle_cpus": args.throttle_cpus,
               "normal_reruns": len(normal), "false_alarms": len(alarms), "checks": checks, "runs": runs}
     atomic_write_json(args.out, record)
     if args.history_out:
