@@ -76,6 +76,14 @@ def _escaped(entry: Entry, token: str) -> list[int]:
     return found
 
 
+def _as_members(escaped: list[int]) -> list[dict]:
+    out = []
+    for pid in escaped:
+        info = procfs.read_stat(pid)
+        out.append({"pid": pid, "comm": info.comm if info else "?", "escaped": True})
+    return out
+
+
 LEFT_AFTER_LEADER_S = 5.0  # grace for what a leader that stopped in time left in its group
 
 
@@ -99,7 +107,12 @@ def stop_entry(entry: Entry, token: str, grace_s: float, reap: Callable[[], obje
         group_ours = verdict != "reused"
     else:
         group_ours = verdict == "ours"
-    escaped = _escaped(entry, token)
+    members = [{"pid": p.pid, "comm": p.comm} for p in procfs.group_members(entry.pgid)] if group_ours else []
+    # Processes that left the group are found by a scan of every process's markers, which takes longer than
+    # anything else here: with a group of ours to signal, it runs right after that group's SIGTERM, not before
+    # it (a GPU's release waits on the group's exit; the scan need not).
+    late = bool(members)
+    escaped = [] if late else _escaped(entry, token)
     if verdict == "gone" and not own_child:
         escaped += [p.pid for p in procfs.group_members(entry.pgid)
                     if p.pid not in escaped and procfs.environ_value(p.pid, OWNER_ENV) == token]
@@ -107,14 +120,19 @@ def stop_entry(entry: Entry, token: str, grace_s: float, reap: Callable[[], obje
         if verdict == "unproven":
             log.warning("registry %s: %s", entry.id, _skip_note(entry, verdict))
         return StopOutcome(entry.id, entry.name, entry.pgid, [], "skipped", 0.0, [], note=_skip_note(entry, verdict))
-    members = [{"pid": p.pid, "comm": p.comm} for p in procfs.group_members(entry.pgid)] if group_ours else []
-    for pid in escaped:
-        info = procfs.read_stat(pid)
-        members.append({"pid": pid, "comm": info.comm if info else "?", "escaped": True})
+    members += _as_members(escaped)
     if not members:
         if reap:
             reap()
         return StopOutcome(entry.id, entry.name, entry.pgid, [], "none", time.monotonic() - t0, [])
+
+    def find_late() -> None:
+        nonlocal late
+        if late:
+            late = False
+            found = _escaped(entry, token)
+            escaped.extend(found)
+            members.extend(_as_members(found))
 
     def remaining() -> list[int]:
         if reap:
@@ -128,6 +146,7 @@ def stop_entry(entry: Entry, token: str, grace_s: float, reap: Callable[[], obje
                 os.killpg(entry.pgid, sig)
             except (ProcessLookupError, PermissionError):
                 pass
+        find_late()
         for pid in _live(escaped):
             try:
                 os.kill(pid, sig)
@@ -137,7 +156,7 @@ def stop_entry(entry: Entry, token: str, grace_s: float, reap: Callable[[], obje
     result = None
     if leader_first and own_child and group_ours and procfs.alive(entry.pid):
         # Our unreaped child: its PID cannot have been handed to another process.
-        result = escalate(lambda sig: _signal_leader(entry.pid, sig), remaining, grace_s, kill=False)
+        result = escalate(lambda sig: (_signal_leader(entry.pid, sig), find_late()), remaining, grace_s, kill=False)
     if result is None or result.killed:
         result = escalate(send, remaining, grace_s if result is None else LEFT_AFTER_LEADER_S)
     if reap:
