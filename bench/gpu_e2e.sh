@@ -356,10 +356,12 @@ PY
     qpid=$! shipped=0
     # The reruns need setup's installs: on 2026-12-06 (H100) the first one started before them and failed at once.
     until grep -qs '"step": "setup", "ok"' "$RESULTS/events.jsonl" || [ "$(left)" -lt 900 ]; do sleep 2; done
-    while kill -0 "$qpid" 2> /dev/null && [ "$shipped" -lt "${SHIPPED_EARLY:-1}" ] && [ "$(left)" -gt 900 ]; do
+    # SHIPPED_FIRST=1: all SHIPPED_EARLY reruns before the Qwen phases, then the handoff bench (issue 54's reruns first).
+    while { [ -n "${SHIPPED_FIRST:-}" ] || kill -0 "$qpid" 2> /dev/null; } && [ "$shipped" -lt "${SHIPPED_EARLY:-1}" ] && [ "$(left)" -gt 600 ]; do
       shipped_rerun || break
       shipped=$((shipped + 1))
     done
+    [ -n "${SHIPPED_FIRST:-}" ] && handoff_bench
     wait "$qpid"; rc=$?
     for phase in datagen extract train; do
       [ "$rc" = 0 ] || break
@@ -367,6 +369,11 @@ PY
       rc=$?
     done
     if [ "$rc" = 0 ]; then
+      # The draft vocabulary as a lever: its coverage of the target's answers to the validation prompts, by size.
+      timeout 120 "$REPO/.gpu-engine/bin/python" "$REPO/bench/draft_vocab_coverage.py" --samples "$qrun/datagen/samples.jsonl" \
+        --train-manifest "$qrun/train/manifest.json" --drafter "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["checkpoint"])' "$qrun/train/manifest.json")" \
+        --token-freq "$qrun/extract/prepared/token_freq.pt" --sizes 8192,16384,32768,65536,151936 \
+        --out "$RESULTS/draft-vocab-coverage.json" > "$RESULTS/draft-vocab-coverage.log" 2>&1
       [ "${DRAFTER_BACK:-1}" = 1 ] &&
         DRAFTER_RUN="$qrun" DRAFTER_OUT=drafter-qwen bash "$0" "$RESULTS" drafter-out > "$RESULTS/drafter-out.log" 2>&1
       # The servers (each k, the baseline, its twin) start side by side in ~60 s + 15 s each, a slot takes
@@ -386,17 +393,12 @@ PY
         # Issue 53's "pack's own cost": a rerun of the same config does nothing but the run's own start.
         [ "$(left)" -gt 150 ] && BUDGET_S=60 run_config "$REPO/configs/.h200-qwen-coder-bench.yaml" "$RESULTS/run-rerun.log"
       fi
-      # The draft vocabulary as a lever: its coverage of the target's answers to the validation prompts, by size.
-      timeout 120 "$REPO/.gpu-engine/bin/python" "$REPO/bench/draft_vocab_coverage.py" --samples "$qrun/datagen/samples.jsonl" \
-        --train-manifest "$qrun/train/manifest.json" --drafter "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["checkpoint"])' "$qrun/train/manifest.json")" \
-        --token-freq "$qrun/extract/prepared/token_freq.pt" --sizes 8192,16384,32768,65536,151936 \
-        --out "$RESULTS/draft-vocab-coverage.json" > "$RESULTS/draft-vocab-coverage.log" 2>&1
     fi
     while [ "$shipped" -lt "${SHIPPED_RUNS:-4}" ] && [ "$(left)" -gt 330 ]; do
       shipped_rerun || break
       shipped=$((shipped + 1))
     done
-    [ "$(left)" -gt 100 ] && handoff_bench
+    [ -z "${SHIPPED_FIRST:-}" ] && [ "$(left)" -gt 100 ] && handoff_bench
     event "\"ended\": true, \"rc\": $rc"
     ;;
   data-session)

@@ -272,3 +272,28 @@ def test_the_trend_of_the_recorded_history_is_the_one_in_the_readme(recorded):
     table = [line for line in markdown(rows).splitlines() if line.startswith("|")]
     assert len(table) == 6 and all(line in readme for line in table)
     assert plot_png(rows).startswith(b"\x89PNG")
+
+
+def test_the_target_is_the_same_wherever_its_dir_lies_and_another_by_its_content(recorded, tmp_path):
+    """2026-12-06's H100 rerun from another checkout path was a "new baseline" by the target's path alone."""
+    from eagle3.bench.provenance import target_fingerprint
+
+    a, b = tmp_path / "a" / "model", tmp_path / "b" / "model"
+    for d in (a, b):
+        d.mkdir(parents=True)
+        (d / "config.json").write_text('{"hidden_size": 8}')
+        (d / "model.safetensors").write_bytes(bytes(range(256)) * 20_000)  # ~5 MiB: first and last MiB read
+    assert target_fingerprint(a) == target_fingerprint(b) and target_fingerprint(tmp_path / "none") is None
+    tuned = bytearray((b / "model.safetensors").read_bytes())
+    tuned[100] ^= 1  # the same shapes, other weights
+    (b / "model.safetensors").write_bytes(bytes(tuned))
+    assert target_fingerprint(a) != target_fingerprint(b)
+
+    (first_name, first), (_, second) = recorded
+    here, moved = copy.deepcopy(first), copy.deepcopy(second)
+    here["target"] |= {"model": str(a), "fingerprint": target_fingerprint(a)}
+    moved["target"] |= {"model": "/elsewhere/model", "fingerprint": target_fingerprint(a)}
+    assert watch(moved, [(first_name, here)])["status"] in ("stable", "node drift")
+    moved["target"]["fingerprint"] = target_fingerprint(b)
+    w = watch(moved, [(first_name, here)])
+    assert w["status"] == "new baseline" and any(c.startswith("target ") for c in w["changes"])

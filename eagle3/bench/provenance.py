@@ -31,6 +31,29 @@ def drafter_checksum(path: Path | str) -> str | None:
     return h.hexdigest()
 
 
+def target_fingerprint(path: Path | str) -> str | None:
+    """What identifies the target across reruns wherever its dir lies (a new checkout, another mount): sha256
+    over its files' names and sizes, the whole of each file up to 1 MiB (config, tokenizer) and the first and
+    last MiB of each larger one (weights: a fine-tune of the same shapes changes them). None if the dir holds
+    no file. Cheap where hashing every weight would not be: a 70B target is 140 GB."""
+    root = Path(path)
+    files = sorted(f for f in root.iterdir() if f.is_file()) if root.is_dir() else []
+    if not files:
+        return None
+    h = hashlib.sha256()
+    for f in files:
+        size = f.stat().st_size
+        h.update(f"{f.name}\0{size}\0".encode())
+        with open(f, "rb") as fh:
+            h.update(fh.read(CHUNK))
+            if size > 2 * CHUNK:
+                fh.seek(size - CHUNK)
+                h.update(fh.read(CHUNK))
+            elif size > CHUNK:
+                h.update(fh.read())
+    return h.hexdigest()
+
+
 def platform(gpus: list[int]) -> dict:
     """The accelerator the numbers came from: {"device": "cpu"} on a CPU rehearsal, else the GPU
     names and the driver version as NVML reports them (None where NVML is unavailable)."""

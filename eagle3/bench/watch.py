@@ -3,8 +3,8 @@ scheduled rerun says when the drafter or the engine regressed, and never blames 
 
 The figures, each with a 95 % interval from its run's own data, are eagle3/bench/figures.py's.
 
-What is compared: the last good run (no decided regression) of the same setup, i.e. target, engine,
-prompts and sampling. The drafter may change between them (a retrain, a re-export): that is what a
+What is compared: the last good run (no decided regression) of the same setup, i.e. target (by its content
+where both runs recorded its fingerprint, eagle3/bench/provenance.py), engine, prompts and sampling. The drafter may change between them (a retrain, a re-export): that is what a
 rerun is scheduled to catch, and its checksum is named when it did.
 
 What is judged, against what noise, and what fails:
@@ -40,7 +40,6 @@ from .figures import HIGHER_IS_BETTER, Z, figures
 
 # What makes two results comparable (a difference: a new baseline) ...
 IDENTITY = {
-    "target": lambda r: r["target"]["model"],
     "engine": lambda r: r["engine"],
     "prompts": lambda r: r["prompts"].get("sha256"),
     "sampling": lambda r: json.dumps(r["sampling"], sort_keys=True),
@@ -177,6 +176,15 @@ def compare(cur: dict, ref: dict, earlier: list[dict], settings: dict, greedy: b
 
 # ---- the verdict on a run -----------------------------------------------------------------------------
 
+def _setup_differences(cur: dict, ref: dict) -> list[str]:
+    """What makes `ref` another setup than `cur`: the IDENTITY fields, and the target, by its content where
+    both runs recorded it (a checkout or mount moved elsewhere is the same target), else by its path."""
+    a, b = ref["target"], cur["target"]
+    by = "fingerprint" if a.get("fingerprint") and b.get("fingerprint") else "model"
+    moved = [f"target {_short(a[by])} -> {_short(b[by])}"] if a[by] != b[by] else []
+    return moved + _differences(IDENTITY, cur, ref)
+
+
 def _differences(fields: dict, cur: dict, ref: dict) -> list[str]:
     out = []
     for name, get in fields.items():
@@ -255,13 +263,13 @@ def watch(current: dict, history: list[tuple[str, dict]], acceptance_tol_pct: fl
     settings = {"acceptance_tolerance_pct": acceptance_tol_pct, "speed_tolerance_pct": speed_tol_pct,
                 "min_noise_runs": min_noise_runs}
     base = {**settings, "figures": figures(current), "comparisons": [], "changes": [], "reference": None}
-    same = [(n, r) for n, r in history if not _differences(IDENTITY, current, r)]
+    same = [(n, r) for n, r in history if not _setup_differences(current, r)]
     good = [(n, r) for n, r in same if (r.get("watch") or {}).get("status") not in (*REGRESSIONS, "regression")]
     if not good:
         if not history:
             return {**base, "status": "first", "message": "no earlier result: this run is the first baseline"}
         name, prev = history[-1]
-        changes = _differences(IDENTITY, current, prev) or ["every earlier run of this setup was a regression"]
+        changes = _setup_differences(current, prev) or ["every earlier run of this setup was a regression"]
         return {**base, "status": "new baseline", "reference": {"file": name, "created_at": prev["created_at"]},
                 "changes": changes, "message": f"new baseline (not compared): {'; '.join(changes)} since {name}"}
     name, ref = good[-1]

@@ -46,9 +46,9 @@ from typing import Callable
 from .. import __version__, progress
 from ..bench import watch as benchwatch
 from ..bench.gates import category_table, evaluate_parity, parity_error_text
-from ..bench.stats import best_k, evaluate_gate, gate_error_text, pooled_by_k, table
+from ..bench.stats import best_k, evaluate_gate, gate_error_text, on_rerun, pooled_by_k, table
 from ..bench.repeats import rounds_agree, twin_agrees
-from ..bench.provenance import drafter_checksum, platform
+from ..bench.provenance import drafter_checksum, platform, target_fingerprint
 from ..bench.trend import write_trend
 from .. import handover, managed
 from ..bench import kv_budget
@@ -165,6 +165,7 @@ def run_bench(cfg: PipelineConfig, sup: Supervisor) -> PhaseSummary:
     if w.enabled:  # before this run's own history file exists
         results["watch"] = benchwatch.watch(results, benchwatch.read_history(paths.history),
                                             w.acceptance_tolerance_pct, w.speed_tolerance_pct, w.min_noise_runs)
+        results["gate"] = on_rerun(results["gate"], results["watch"])
     atomic_write_json(paths.results, results)
     history = _history_path(paths, datetime.fromisoformat(results["created_at"]))
     atomic_write_json(history, results)
@@ -385,7 +386,8 @@ def _assemble(cfg: PipelineConfig, drafter: dict, prompts: dict, runs: list[dict
         "engine": b.engine, "engine_version": runs[0].get("engine_version", "unknown"),
         "engine_versions": {r["label"]: r.get("engine_version") for r in runs},
         "bench_client": engine.load_client, "acceptance_source": engine.acceptance_source,
-        "target": {"model": str(cfg.target.model), "served_name": cfg.target.served_name,
+        "target": {"model": str(cfg.target.model), "fingerprint": target_fingerprint(cfg.target.model),
+                   "served_name": cfg.target.served_name,
                    "dtype": cfg.target.dtype, "max_model_len": cfg.target.max_model_len,
                    "tensor_parallel_size": cfg.target.tensor_parallel_size,
                    "data_parallel_size": cfg.target.data_parallel_size},

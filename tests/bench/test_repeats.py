@@ -11,7 +11,7 @@ import pytest
 
 from eagle3.bench.repeats import mean_interval, paired_ratio_interval, ratio_interval, rounds_agree, t975, verdict
 from eagle3.bench.report import markdown
-from eagle3.bench.stats import best_k, evaluate_gate, table
+from eagle3.bench.stats import best_k, evaluate_gate, on_rerun, table
 from eagle3.bench.figures import figures
 from eagle3.bench.watch import watch
 from eagle3.engines.metrics import SpecCounters, acceptance
@@ -76,6 +76,26 @@ def test_a_decided_slowdown_fails_and_a_decided_speedup_passes_the_gate():
     assert "[0.7" in slower["message"] or "[0.8" in slower["message"]  # the interval is named
     faster = _gate(_runs([500.0, 503.0, 497.0], [650.0, 655.0, 648.0]))
     assert faster["status"] == "passed" and faster["speed"] is None and faster["findings"] == []
+
+
+def test_a_rerun_of_a_held_drafter_reports_the_gates_speed_finding_and_fails_nothing():
+    """The H100 case of 2026-12-06: the shipped SmolLM2 drafter decided slower (0.92x) on a rerun, its
+    acceptance the same to the last digit: the node's to explain, which the watch judges."""
+    slower = _gate(_runs([500.0, 503.0, 497.0], [460.0, 462.0, 458.0]))
+    held = {"status": "node drift", "reference": {"file": "20261206T112600Z.json"}, "changes": []}
+    rerun = on_rerun(slower, held)
+    assert slower["status"] == "failed" and rerun["status"] == "passed" and rerun["passed"] is True
+    assert "no k is faster" in rerun["message"] and "Reported, not failed" in rerun["message"]
+    assert "20261206T112600Z.json" in rerun["message"] and rerun["likely_causes"] == []
+    # The gate's own: a drafter's first judgment, a changed drafter, a regressed one, and the acceptance floor.
+    for watch in (None, {"status": "first", "reference": None, "changes": []},
+                  {"status": "new baseline", "reference": {"file": "x"}, "changes": ["target /a -> /b"]},
+                  {"status": "stable", "reference": {"file": "x"}, "changes": ["drafter checksum ab -> cd"]},
+                  {"status": "drafter regression", "reference": {"file": "x"}, "changes": []}):
+        assert on_rerun(slower, watch)["status"] == "failed", watch
+    floor = evaluate_gate({3: acceptance(SpecCounters(100, 300, 10, (6, 3, 1))).to_dict()}, True, 1.3,
+                          best_k(table(_runs([500.0, 503.0, 497.0], [460.0, 462.0, 458.0]))), first_position_floor=0.3)
+    assert floor["status"] == "failed" and on_rerun(floor, held)["status"] == "failed"
 
 
 def test_an_undecided_comparison_is_reported_as_undecided_with_the_windows_it_would_take():
