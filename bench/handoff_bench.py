@@ -109,7 +109,7 @@ def pack_round(work: Path) -> dict:
     held = gpu0_used_now()
     with Moments() as moments:
         t0 = moments.t0 = time.monotonic()
-        report = run_handoff(run, Handoff(grace_s=15, deadline_s=60, poll_interval_s=0.05), [] if SMOKE else [0],
+        report = run_handoff(run, Handoff(grace_s=15, deadline_s=60), [] if SMOKE else [0],
                              supervisor=sup)
         took = time.monotonic() - t0
     assert report.ok and gpu0_used_now() <= THRESHOLD and not procfs.alive(proc.pid)

@@ -264,6 +264,10 @@ def _purge(step: _Steps, report: HandoffReport, run_dir: Path, settings: Handoff
         rec["detail"] = f"{len(result.removed)} file(s) removed"
 
 
+# The first look waits this long at least for NVML alone to read the GPUs released, before a full check: the
+# driver frees a context 0.04-0.1 s after its process is gone, and a full check in between (a /proc pass) only
+# delays the proof (2026-12-06, H100, poll_interval_s 0.05: released 0.06-0.08 s into verify, +28 ms over the floor).
+FIRST_RELEASE_WAIT_S = 0.25
 RELEASE_POLL_S = 0.005  # NVML's memory and process queries take about a millisecond per GPU
 
 
@@ -345,7 +349,8 @@ def _verify(report: HandoffReport, settings: Handoff, backend: GpuBackend | None
     # is still there after one poll interval gets the full check (and its ending or naming) then.
     released, t0 = False, time.monotonic()
     if backend is not None and gpus:
-        released = _await_release(backend, gpus, settings.used_mib_threshold, min(t0 + settings.poll_interval_s, deadline))
+        first = max(settings.poll_interval_s, FIRST_RELEASE_WAIT_S)
+        released = _await_release(backend, gpus, settings.used_mib_threshold, min(t0 + first, deadline))
     released_s = round(time.monotonic() - t0, 3) if released else None
     reuse = open_files if released else None
     reused = reuse is not None
