@@ -229,8 +229,8 @@ def main() -> None:
         for i in range(max(args.pack_rounds, args.ritual_rounds)):
             if i < args.pack_rounds:
                 pack.append(pack_round(Path(tempfile.mkdtemp(dir=tmp))))
-                print(f"pack   round {i}: {pack[-1]['seconds']:.3f} s "
-                      f"{ {k: v for k, v in pack[-1].items() if k not in ('seconds', 'held_mib', 'steps')} }", flush=True)
+                print(f"pack   round {i}: {pack[-1]['seconds']:.3f} s; " + "; ".join(
+                    f"{k} {v}" for k, v in pack[-1].items() if k not in ("seconds", "held_mib", "steps")), flush=True)
                 floor.append(floor_round(Path(tempfile.mkdtemp(dir=tmp))))
                 print(f"floor  round {i}: {floor[-1]['seconds']:.3f} s", flush=True)
             if i < args.ritual_rounds:

@@ -145,8 +145,7 @@ def run_handoff(run_dir: Path, settings: Handoff, gpus: list[int] | None, ports:
                                                    ports, ownership, deadline=time.monotonic() + settings.deadline_s,
                                                    open_files=open_files)
             rec["detail"] = "clean" if not blockers else f"{len(blockers)} blocker(s)"
-            if released_s is not None:  # the rest of the step is the proof itself
-                rec["detail"] += f"; NVML read the GPUs released {released_s:.3f} s into the step"
+            rec["detail"] += f"; NVML read the GPUs released {released_s:.3f} s into the step" if released_s is not None else ""
             if reused:
                 rec["detail"] += "; device files from the holders step's /proc pass (GPUs released at the first look)"
             report.problems[:0] = [_stuck_problem(t, checking) for t in report.stuck]
@@ -264,10 +263,7 @@ def _purge(step: _Steps, report: HandoffReport, run_dir: Path, settings: Handoff
         rec["detail"] = f"{len(result.removed)} file(s) removed"
 
 
-# The first look waits this long at least for NVML alone to read the GPUs released, before a full check: the
-# driver frees a context 0.04-0.1 s after its process is gone, and a full check in between (a /proc pass) only
-# delays the proof (2026-12-06, H100, poll_interval_s 0.05: released 0.06-0.08 s into verify, +28 ms over the floor).
-FIRST_RELEASE_WAIT_S = 0.25
+FIRST_RELEASE_WAIT_S = 0.25  # at least, for the first look (_verify says why)
 RELEASE_POLL_S = 0.005  # NVML's memory and process queries take about a millisecond per GPU
 
 
@@ -340,13 +336,13 @@ def _verify(report: HandoffReport, settings: Handoff, backend: GpuBackend | None
     stopped and when it found none left to end. When NVML reads every GPU released at the first look,
     the first check reuses it (its PIDs that exited since dropped) instead of a pass of its own: NVML
     and the ports are read anew, and no process of ours can have opened a GPU since.
-    Returns the blockers, whether that pass was reused, and when NVML first read the GPUs released (seconds
-    into the wait; None if it did not before the first full check)."""
+    Returns the blockers, whether that pass was reused, and when NVML read the GPUs released (None: later)."""
     done: set[int] = {e["pid"] for e in report.ended}
     first_seen: dict[int, float] = {}
-    # The services were stopped a moment ago and the driver frees their memory 0.04-0.1 s after they
-    # exit: a full check now would only see that memory and cost a whole /proc scan more. A holder that
-    # is still there after one poll interval gets the full check (and its ending or naming) then.
+    # The services were stopped a moment ago and the driver frees their memory 0.04-0.1 s after they exit: a
+    # full check before that only sees that memory, costs a /proc pass and delays the proof (2026-12-06, H100,
+    # a 0.05 s first look: released 0.06-0.08 s into verify, +28 ms over the floor). So the first look lasts
+    # FIRST_RELEASE_WAIT_S at least; a holder still there then gets the full check (its ending or naming).
     released, t0 = False, time.monotonic()
     if backend is not None and gpus:
         first = max(settings.poll_interval_s, FIRST_RELEASE_WAIT_S)
