@@ -41,7 +41,7 @@ from eagle3.bench.alternate import turn_order  # noqa: E402
 from eagle3.bench.repeats import t975  # noqa: E402
 from eagle3.bench.starts import graph_sizes  # noqa: E402
 from eagle3.config import load_config  # noqa: E402
-from eagle3.engines import engine_registry  # noqa: E402
+from eagle3 import engine_registry  # noqa: E402
 from eagle3.engines.metrics import acceptance  # noqa: E402
 from eagle3.engines.serving import api_key, base_url, start_server  # noqa: E402
 from eagle3.fsio import atomic_write_json  # noqa: E402

@@ -14,7 +14,7 @@ from __future__ import annotations
 import ipaddress
 from pathlib import Path
 
-from .engines import engine_registry
+from . import engine_registry
 from .process.services import OWNER_ENV, SERVICE_ENV
 
 FLAG_FILE = "every flag the pack sets (a flag file can hold --port, --host, ... where they cannot be checked)"

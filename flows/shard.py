@@ -13,7 +13,7 @@ from prefect.states import Failed
 
 from eagle3.config import load_config
 from eagle3.fanout.shard import run_shard
-from eagle3.fanout.slices import Shard
+from eagle3.slices import Shard
 from eagle3.progress.display import unattended_lines
 from tasks.handoff import gpu_handoff
 from tasks.logs import quiet_console_restatements, route_pack_logs

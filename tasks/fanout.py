@@ -31,9 +31,10 @@ from prefect.states import Cancelled, Crashed
 from eagle3 import phase_table, progress
 from eagle3.config.fanout import fanned_phases
 from eagle3.errors import ConfigError, PipelineError
-from eagle3.fanout import ledger, workers
+from eagle3.fanout import workers
+from eagle3.run import shard_ledger as ledger
 from eagle3.fanout.node import shard_config
-from eagle3.fanout.slices import Shard
+from eagle3.slices import Shard
 from eagle3.pipeline import is_done
 
 REPO = Path(__file__).resolve().parent.parent

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from eagle3.bench.gates import HANDOVER_CAUSES, evaluate_parity, expected_length
-from eagle3.bench.inputs import parity_expectation, training_prompts
+from eagle3.phases.bench_inputs import parity_expectation, training_prompts
 from eagle3.phases.train_log import validation_full_acc
 
 ACC = [0.988, 0.969, 0.951]
@@ -87,7 +87,7 @@ def test_the_validation_split_is_the_trainers_last_rows():
 
 
 def test_parity_serves_the_drafters_validation_prompts_where_its_record_names_them(make_config, tmp_path):
-    from eagle3.bench.inputs import parity_prompts
+    from eagle3.phases.bench_inputs import parity_prompts
 
     rows = "".join(json.dumps({"id": f"p{i}", "prompt": f"q{i}"}) + "\n" for i in range(40))
     (tmp_path / "p.jsonl").write_text(rows)

@@ -9,7 +9,9 @@
   - the process layer (eagle3/process/) never imports the handoff (eagle3/handoff/), which builds
     on it (the watchdog's NVML memory sample is injected by eagle3.pipeline.supervisor);
   - no import cycles at all among eagle3/, flows/, tasks/ and deployments/, lazy and type-only
-    imports included: every module can be read, and imported, from the bottom up.
+    imports included: every module can be read, and imported, from the bottom up;
+  - the folders and modules of eagle3/ sit on the floors docs/DESIGN.md draws: every one is drawn, no import
+    points up a floor, and no two of them import each other.
 """
 
 from __future__ import annotations
@@ -173,3 +175,79 @@ def test_the_checker_sees_relative_and_lazy_imports(tmp_path):
     src.write_text("def f():\n    from ..pipeline import supervisor\n    import prefect.flows\n")
     found = imports(src, Path("eagle3/phases/probe.py"))
     assert ("eagle3.pipeline", 2, False) in found and ("prefect.flows", 3, False) in found
+
+
+# ---- the floors of eagle3/, as docs/DESIGN.md draws them --------------------------------------------
+
+OFF_FLOOR = {"engine_side/"}  # scripts run in the engine's interpreter; the core never imports them
+
+
+def drawn_floors() -> list[list[str]]:
+    """docs/DESIGN.md's floors of eagle3/, bottom first: each line between the two `----` lines of its
+    layer picture, the folders (`name/`) and modules (`name.py`) it starts with."""
+    text = (REPO / "docs" / "DESIGN.md").read_text()
+    block = text.split("\n ----\n")[1]
+    floors = []
+    for line in block.splitlines():
+        units = []
+        for word in line.split():
+            if not (word.endswith("/") or word.endswith(".py")):
+                break
+            units.append(word)
+        floors.append(units)
+    return floors[::-1]
+
+
+def unit_of_file(path: Path) -> str:
+    parts = path.relative_to(REPO / "eagle3").parts
+    return parts[0] + "/" if len(parts) > 1 else parts[0]
+
+
+def unit_of_module(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[0] != "eagle3":
+        return None
+    if len(parts) == 1 or parts[1] == "__version__":
+        return "__init__.py"
+    return parts[1] + "/" if (REPO / "eagle3" / parts[1]).is_dir() else parts[1] + ".py"
+
+
+def unit_imports() -> dict[tuple[str, str], list[str]]:
+    """(importing unit, imported unit) -> where, for every import across units of the core."""
+    out: dict[tuple[str, str], list[str]] = {}
+    for path in files("eagle3"):
+        a = unit_of_file(path)
+        if a in OFF_FLOOR:
+            continue
+        for module, line, _ in imports(path):
+            b = unit_of_module(module)
+            if b and b != a:
+                out.setdefault((a, b), []).append(f"{path.relative_to(REPO)}:{line}")
+    return out
+
+
+def test_every_folder_and_module_of_the_core_is_on_a_drawn_floor():
+    drawn = [u for floor in drawn_floors() for u in floor]
+    assert len(drawn) == len(set(drawn)), f"drawn twice: {sorted(u for u in drawn if drawn.count(u) > 1)}"
+    present = {unit_of_file(p) for p in files("eagle3")} - OFF_FLOOR
+    assert present - set(drawn) == set(), f"not on docs/DESIGN.md's layer picture: {sorted(present - set(drawn))}"
+    assert set(drawn) - present == set(), f"drawn but not in eagle3/: {sorted(set(drawn) - present)}"
+
+
+def test_no_import_points_up_a_floor_and_no_two_units_import_each_other():
+    floor = {u: i for i, units in enumerate(drawn_floors()) for u in units}
+    edges = unit_imports()
+    up = [f"{where[0]}: {a} (floor {floor[a]}) imports {b} (floor {floor[b]})"
+          for (a, b), where in sorted(edges.items()) if floor.get(b, -1) > floor.get(a, -1)]
+    assert up == [], "imports pointing up docs/DESIGN.md's floors:\n" + "\n".join(up)
+    # Across units, not only modules: a folder that imports another which imports it back is one tangle.
+    graph: dict[str, set[str]] = {}
+    for a, b in edges:
+        graph.setdefault(a, set()).add(b)
+
+    def reaches(x: str, target: str, seen: set[str]) -> bool:
+        return any(y == target or (y not in seen and not seen.add(y) and reaches(y, target, seen))
+                   for y in graph.get(x, ()))
+
+    tangles = [f"{a} -> {b} ({where[0]}) and back" for (a, b), where in sorted(edges.items()) if reaches(b, a, set())]
+    assert tangles == [], "units that import each other:\n" + "\n".join(tangles)

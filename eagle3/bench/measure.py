@@ -13,13 +13,14 @@ import aiohttp
 
 from .. import progress
 from ..config import PipelineConfig
-from ..engines import benchclient, engine_registry
+from .. import engine_registry
+from ..engines import benchclient
 from ..engines.metrics import SpecCounters, Traffic, acceptance, engine_version
 from ..engines.serving import api_key, base_url, start_server
 from ..errors import CommandFailed, ConfigError, TransientError
 from ..openai_client import InvalidResponse, OpenAIClient, RetryPolicy
 from ..process.services import Process, Supervisor
-from ..phases import run_coroutine
+from ..coroutines import run_coroutine
 from . import alternate
 from .paths import PHASE, BenchPaths, slug
 from .repeats import pair_by_slot, paired_ratio_interval, reach_pct

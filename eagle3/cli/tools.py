@@ -12,7 +12,7 @@ from rich.markup import escape
 
 from ..config import owned_dir_problem
 from ..drafters.formats import CONVENTIONS
-from ..engines import engine_registry
+from .. import engine_registry
 from ..errors import ConfigError, GateError, PipelineError
 from .app import app
 from .common import ConfigArg, check_replaceable, end, err, bad_input, fail_with, load_cfg, out

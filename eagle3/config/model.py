@@ -16,7 +16,7 @@ from .. import phase_table
 from ..errors import echo
 from ..layout import RunLayout
 from .fanout import Fanout
-from ..engines import engine_registry
+from .. import engine_registry
 from .types import Engines, engines_model, FsPath, Handoff, HiddenStates, Strict, Target
 
 # Keys of a server section that never change what a phase produces: where its key comes from, and

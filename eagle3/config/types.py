@@ -14,7 +14,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, SecretStr, V
                       create_model, field_validator, model_validator)
 
 from .. import managed
-from ..engines import engine_registry
+from .. import engine_registry
 from ..errors import ConfigError, echo
 
 Port = Annotated[int, Field(ge=1, le=65535)]
@@ -115,7 +115,7 @@ SPECULATORS_ENV = Field(None, description="speculators' environment (extract's d
 
 @functools.lru_cache(maxsize=8)
 def engines_model(names: tuple[str, ...]) -> type[Strict]:
-    """The `engines` section: one optional environment per registered engine (eagle3/engines/engine_registry.py),
+    """The `engines` section: one optional environment per registered engine (eagle3/engine_registry.py),
     then speculators'."""
     fields = {n: (EngineEnv | None, Field(None, description=f"How to run {n} (each phase whose `engine` is {n}).")
                   ) for n in names}
@@ -254,7 +254,7 @@ class HiddenStates(Strict):
         "or less (so one GPU can hold both)."))
     train_gpus: list[Annotated[int, Field(strict=True, ge=0)]] = Field(default_factory=list, description=(
         "online: the trainer's GPUs; inside `gpus`; disjoint from `server_gpus` unless shared as described there."))
-    # Unset: 4 × (samples in flight) × the largest sample's bytes (eagle3/hs_mode.py).
+    # Unset: 4 × (samples in flight) × the largest sample's bytes (eagle3/phases/hs_mode.py).
     cache_max_bytes: int | None = Field(None, gt=0, description=(
         "online: most bytes of files the server wrote and the trainer has not yet loaded and deleted "
         "(default: 4 × samples in flight × the largest sample's bytes)."))

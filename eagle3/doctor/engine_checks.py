@@ -10,7 +10,8 @@ from typing import Callable
 from .. import phase_table
 from ..config import PipelineConfig
 from ..config.target_model import target_config
-from ..engines import engine_registry, trainer_compat
+from .. import engine_registry
+from ..engines import trainer_compat
 from ..errors import ConfigError
 from ..engines.probe import import_errors, inspect_engine
 from ..process.services import Supervisor

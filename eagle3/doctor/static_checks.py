@@ -7,7 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from .. import handover
+from ..phases import handover
 from ..config import PipelineConfig, default_aux_layer_ids, num_hidden_layers, remote_binds
 from ..config.target_model import target_config
 from ..errors import ConfigError, PipelineError
@@ -117,9 +117,9 @@ def check_gpus(cfg: PipelineConfig, backend=None) -> Check:
 
 
 def check_disk(cfg: PipelineConfig) -> Check:
-    """The hidden-state mode decision (eagle3/hs_mode.py): the offline estimate, the free space
+    """The hidden-state mode decision (eagle3/phases/hs_mode.py): the offline estimate, the free space
     under run_dir and the choice; FAIL with both numbers when neither mode fits."""
-    from ..hs_mode import NoModeFits, decide_now
+    from ..phases.hs_mode import NoModeFits, decide_now
 
     try:
         d = decide_now(cfg)
@@ -190,7 +190,7 @@ def check_tensor_parallel(cfg: PipelineConfig) -> Check | None:
 
 def check_drafter(cfg: PipelineConfig) -> Check | None:
     """The drafter the benchmark will serve: bench.drafter if set, else the train phase's (once trained)."""
-    from ..bench.inputs import drafter_gate
+    from ..phases.bench_inputs import drafter_gate
 
     if cfg.bench.drafter is not None:
         drafter = {"path": str(cfg.bench.drafter), "source": "bench.drafter"}

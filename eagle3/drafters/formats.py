@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..engines import engine_registry
+from .. import engine_registry
 
 LAYER_INPUT = "vllm"    # id k = input of decoder layer k (= eagle3.phases.extract_manifest.CONVENTION)
 LAYER_OUTPUT = "sglang"  # id k = output of decoder layer k

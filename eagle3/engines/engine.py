@@ -1,7 +1,7 @@
 """What the pack knows about one serving engine, in one object.
 
 An engine is one module that defines a subclass of `Engine` and an instance of it named ENGINE, plus
-one entry in eagle3/engines/engine_registry.py. Everything the pack does with an engine goes through that
+one entry in eagle3/engine_registry.py. Everything the pack does with an engine goes through that
 object: the server's command line and readiness, how it is told to speculate and how it counts what
 it accepted, its load generator, the drafter layout it loads, the flags and variables the pack sets
 on it (so a config may not set them twice), and how its version and capabilities are probed.

@@ -26,7 +26,8 @@ from ..config import PipelineConfig
 from ..errors import CommandFailed, ConfigError
 from ..fsio import atomic_write_json, file_lock, read_json
 from ..process.services import LaunchSpec, Supervisor
-from . import compile_cache, engine_registry
+from .. import engine_registry
+from . import compile_cache
 
 ENGINE_SIDE = Path(__file__).resolve().parent.parent / "engine_side"
 

@@ -13,7 +13,8 @@ from .. import progress
 from ..config import PipelineConfig, Server
 from ..errors import PipelineError
 from ..process.services import LAUNCH_MARKER, LaunchSpec, Process, Registry, Supervisor
-from . import compile_cache, engine_registry, probe
+from .. import engine_registry
+from . import compile_cache, probe
 
 
 class PortBusy(PipelineError):

@@ -18,7 +18,7 @@ from ..errors import ConfigError
 from ..fsio import atomic_write_json, link_or_copy
 from ..pipeline import upstream_of
 from ..ticker import Ticker
-from .slices import Shard
+from ..slices import Shard
 
 PORT_OFFSET_ENV = "EAGLE3_PORT_OFFSET"
 HEARTBEAT_EVERY_S = 5.0

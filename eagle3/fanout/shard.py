@@ -14,7 +14,7 @@ from ..pipeline import run_phase
 from ..process.lease import hold
 from ..run.record import recording
 from .node import Heartbeat, identity, port_offset, shard_config, stage_inputs
-from .slices import Shard
+from ..slices import Shard
 
 # (the shard's config, after, before) -> report; raises HandoffError when the GPUs cannot be proven free
 Handoff = Callable[[PipelineConfig, str, "str | None"], object]

@@ -8,11 +8,8 @@ upstream check, the DONE marker and its fingerprint.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import contextvars
 import json
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -64,25 +61,3 @@ class PhaseSummary:
         # Details are JSON in the marker: a Path or a number type of a library becomes its text.
         return {"output": str(self.output), "headline": self.headline,
                 "details": json.loads(json.dumps(self.details, default=str))}
-
-
-def run_coroutine(coro) -> None:
-    """asyncio.run, also from a thread that already runs an event loop (e.g. an async flow)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    box: dict[str, BaseException] = {}
-
-    def target() -> None:
-        try:
-            asyncio.run(coro)
-        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
-            box["error"] = e
-
-    # In the caller's context: what the phase logs from there reaches the caller's run log.
-    thread = threading.Thread(target=contextvars.copy_context().run, args=(target,), name="eagle3-phase-loop")
-    thread.start()
-    thread.join()
-    if "error" in box:
-        raise box["error"]

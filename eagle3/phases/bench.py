@@ -50,11 +50,12 @@ from ..bench.stats import best_k, evaluate_gate, gate_error_text, on_rerun, pool
 from ..bench.repeats import rounds_agree, twin_agrees
 from ..bench.provenance import drafter_checksum, platform, target_fingerprint
 from ..bench.trend import write_trend
-from .. import handover, managed
+from .. import managed
+from . import handover
 from ..bench import kv_budget
 from ..config import PipelineConfig, num_hidden_layers
 from ..config.target_model import read_json_file, target_config
-from ..engines import engine_registry
+from .. import engine_registry
 from ..errors import ConfigError, GateError
 from ..fsio import atomic_write_json, read_json
 from ..progress import PhaseProgress
@@ -67,7 +68,7 @@ SCHEMA = 1
 
 log = logging.getLogger("eagle3.bench")
 
-from ..bench.inputs import held_out_prompts, parity_expectation, parity_prompts, refuse_unloadable, resolve_drafter
+from .bench_inputs import held_out_prompts, parity_expectation, parity_prompts, refuse_unloadable, resolve_drafter
 from ..bench.measure import measure_interleaved, measure_server
 from ..bench.starts import round_starts
 from ..bench.paths import BenchPaths, slug

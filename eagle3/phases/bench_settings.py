@@ -9,7 +9,7 @@ from pydantic import Field, field_validator
 
 from .. import managed, phase_table
 from ..config.types import EngineName, FsPath, PhaseSettings, PositiveFloat, Server, Strict
-from ..engines import engine_registry
+from .. import engine_registry
 from ..errors import echo
 from ..inputfiles import dir_problem, file_problem
 

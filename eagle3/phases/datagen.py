@@ -29,8 +29,8 @@ from typing import Any, Callable
 from ..appendlog import AppendLog, recover
 from ..config import PipelineConfig
 from ..layout import DATAGEN_MANIFEST, SAMPLES
-from ..fanout.slices import Shard
-from ..engines import engine_registry
+from ..slices import Shard
+from .. import engine_registry
 from ..engines.serving import base_url as server_url
 from ..engines.serving import api_key, start_server
 from ..errors import ConfigError, GateError, TransientError
@@ -39,7 +39,8 @@ from ..openai_client import (EndpointConfigError, InvalidResponse, OpenAIClient,
 from ..progress import PhaseProgress
 from ..prompts import Prompt, PromptSet, load_prompts
 from ..process.services import Process, Supervisor
-from . import PhaseSummary, run_coroutine
+from . import PhaseSummary
+from ..coroutines import run_coroutine
 
 PHASE = "datagen"
 SEED_POLICY = "seed + sha256(id)"  # recorded: per-id seeds keep a resumed row identical to an uninterrupted one

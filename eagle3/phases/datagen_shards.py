@@ -15,7 +15,7 @@ from pathlib import Path
 from ..appendlog import recover
 from ..config import PipelineConfig
 from ..errors import GateError
-from ..fanout.slices import Shard
+from ..slices import Shard
 from ..fsio import atomic_write_json, atomic_write_text, read_json
 from ..layout import SAMPLES
 from ..prompts import load_prompts

@@ -35,14 +35,15 @@ import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from .. import handover, progress
+from .. import progress
+from . import handover
 from ..config import PipelineConfig
 from ..layout import EXTRACT_MANIFEST, PREPARED_INDEX
 from ..engines import hidden_states as hs_server
 from ..engines import speculators_cli as spec_cli
 from ..engines.serving import base_url, client_env, start_server
 from ..errors import ConfigError, GateError, PipelineError, TransientError
-from ..fanout.slices import contiguous
+from ..slices import contiguous
 from ..fsio import atomic_write_json, read_json
 from ..progress import PhaseProgress
 from ..process.services import LaunchSpec, Process, Supervisor, StopOutcome
@@ -51,7 +52,7 @@ from .extract_disk import (HEADER_BYTES, DiskSpaceError, bytes_per_token, check_
 from .extract_manifest import (CONVENTION, CONVENTION_NOTE, DTYPE_BYTES, FILE_PATTERN, ExtractManifest, LayerPlan, extraction_dtype, read_extract_manifest, resolve_layer_plan, write_manifest)
 from .extract_progress import HsFileProgress
 from .hs_files import Expect, PreparedIndex, Scan, scan_dir
-from .. import hs_mode
+from . import hs_mode
 
 __all__ = ["run_extract", "read_extract_manifest", "ExtractManifest", "ExtractSummary", "ExtractPaths",
            "stop_leftovers"]

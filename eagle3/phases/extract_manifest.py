@@ -129,7 +129,7 @@ class ExtractManifest:
     # runs the extraction server beside the trainer, which writes each into hidden_states_dir (the
     # on-demand cache) and deletes it once loaded. Layer ids are recorded the same way in both.
     mode: str = "offline"
-    decision: dict = field(default_factory=dict)  # eagle3.hs_mode.Decision: estimate, free disk, why
+    decision: dict = field(default_factory=dict)  # eagle3.phases.hs_mode.Decision: estimate, free disk, why
 
     @property
     def target_layer_ids(self) -> list[int]:

@@ -17,9 +17,9 @@ from pathlib import Path
 
 from ..config import PipelineConfig
 from ..errors import GateError
-from ..fanout.slices import Shard, contiguous
+from ..slices import Shard, contiguous
 from ..fsio import atomic_write_bytes, atomic_write_json, link_or_copy, read_json
-from .. import handover
+from . import handover
 from . import PhaseSummary
 from .extract import PHASE, ExtractPaths, ExtractSummary, settings_fingerprint
 from .extract_manifest import read_extract_manifest, write_manifest

@@ -34,7 +34,8 @@ from pathlib import Path
 from ..drafters.loadable import GateReport, check_drafter, needs_export
 from ..config import PipelineConfig
 from ..drafters.export import export_drafter
-from ..engines import engine_registry, trainer_compat
+from .. import engine_registry
+from ..engines import trainer_compat
 from ..engines.serving import client_env
 from ..drafters.formats import LAYER_INPUT, LAYOUT_CONVENTION, PROVENANCE, layout_of
 from ..engines.speculators_cli import train_argv, validation_rows
@@ -44,7 +45,8 @@ from ..layout import TRAIN_MANIFEST
 from ..progress import PhaseProgress
 from ..process.services import LaunchSpec, Supervisor
 from .train_resume import INTERRUPTED, checkpoint_freq_allows_resume, finished_checkpoint, prepare_resume
-from .. import handover, managed
+from .. import managed
+from . import handover
 from . import PhaseSummary, train_online
 from .extract_manifest import ExtractManifest, manifest_path, read_extract_manifest
 from .train_log import follow_training, validation_full_acc

@@ -24,7 +24,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator
 
-from .. import hs_mode, progress
+from .. import progress
+from . import hs_mode
 from ..handoff import scratch
 from ..config import PipelineConfig
 from ..engines import hidden_states as hs_server

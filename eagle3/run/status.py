@@ -19,7 +19,7 @@ from ..process import lease, procfs
 from .. import phase_table
 from ..config import load_config
 from ..errors import ConfigError
-from ..fanout import ledger as fanout_ledger
+from . import shard_ledger
 from ..fsio import read_json
 from ..progress import PhaseView, describe, eta_left, fmt_bytes, fmt_duration
 from ..layout import RunLayout
@@ -172,7 +172,7 @@ def collect(run_dir: Path, config_path: str | None = None, now: float | None = N
         "server_starts": _server_starts(run_dir, (record or {}).get("started_at")),
         "last_handoff": _last_handoff(run_dir), "failures": read_json(layout.failures, default={}),
         "hidden_states": _hidden_states(run_dir, views), "report": str(report) if report else None,
-        "shards": {p: shard_lines for p in order if (shard_lines := fanout_ledger.lines(run_dir, p))},
+        "shards": {p: shard_lines for p in order if (shard_lines := shard_ledger.lines(run_dir, p))},
         "now": now,
     }
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from eagle3.bench import alternate
-from eagle3.engines import engine_registry
+from eagle3 import engine_registry
 from eagle3.openai_client import OpenAIClient, TimedChat
 from eagle3.pipeline import run_phase, supervisor
 from tests.conftest import write_tiny_config

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from eagle3.bench.inputs import drafter_gate, parity_expectation, resolve_drafter, training_prompts
+from eagle3.phases.bench_inputs import drafter_gate, parity_expectation, resolve_drafter, training_prompts
 from eagle3.cli import app
 from eagle3.drafters import shipped
 from eagle3.drafters.formats import PROVENANCE

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from eagle3.config import load_config
-from eagle3.engines import engine_registry
+from eagle3 import engine_registry
 from eagle3.errors import ConfigError
 from eagle3.pipeline import run_phase, supervisor
 from tests.conftest import write_tiny_config

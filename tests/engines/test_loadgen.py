@@ -14,7 +14,7 @@ import pytest
 from eagle3.process import procfs
 from eagle3.config import EngineEnv
 from eagle3.engines import benchclient
-from eagle3.engines import engine_registry
+from eagle3 import engine_registry
 from eagle3.engines.loadgen import VllmDriverClient
 from eagle3.errors import CommandFailed, ServiceStartTimeout
 from eagle3.process.services import Supervisor, state_dir_for

@@ -27,7 +27,7 @@ from eagle3.progress import counts, subscribed
 from eagle3.bench.stats import LIKELY_CAUSES, best_k, evaluate_gate, gate_error_text, table
 from eagle3.engines import benchclient
 from eagle3.engines.metrics import SpecCounters, acceptance
-from eagle3.engines import engine_registry
+from eagle3 import engine_registry
 from eagle3.errors import ConfigError, GateError
 from eagle3.phases.bench import BenchPaths, held_out_prompts, run_bench
 from eagle3.bench.report import markdown, plot_png

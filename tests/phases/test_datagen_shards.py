@@ -10,7 +10,7 @@ import pytest
 
 from eagle3.errors import GateError
 from eagle3.fanout.node import shard_config
-from eagle3.fanout.slices import Shard
+from eagle3.slices import Shard
 from eagle3.fsio import atomic_write_json
 from eagle3.phases.datagen import DatagenPaths, content_settings
 from eagle3.phases.datagen_shards import merge_datagen

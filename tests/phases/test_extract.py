@@ -110,7 +110,7 @@ def test_default_layers_of_the_tiny_target(extract_config):
 
 
 def test_disk_limit_refuses_before_any_process(extract_config):
-    # forced offline: the limit refuses (auto would go online, tests/test_hs_mode.py)
+    # forced offline: the limit refuses (auto would go online, tests/phases/test_hs_mode.py)
     cfg = extract_config({"max_disk_bytes": 4096}, top={"hidden_states": {"mode": "offline"}})
     write_phase1(cfg, 12)
     t0 = time.monotonic()

@@ -13,7 +13,7 @@ import pytest
 
 from eagle3.errors import GateError
 from eagle3.fanout.node import shard_config
-from eagle3.fanout.slices import Shard, contiguous
+from eagle3.slices import Shard, contiguous
 from eagle3.fsio import atomic_write_json
 from eagle3.phases.extract import ExtractPaths
 from eagle3.phases.extract_manifest import ExtractManifest, read_extract_manifest

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from eagle3 import hs_mode
+from eagle3.phases import hs_mode
 from eagle3.process import procfs
 from eagle3.phases.extract import ExtractPaths
 from eagle3.phases.extract_disk import HEADER_BYTES

@@ -18,11 +18,12 @@ import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from . import handover, managed, owned
-from .config import PipelineConfig
-from .errors import ConfigError
-from .prompts import load_prompts, tokens_at_most
-from .phases.extract_disk import (HEADER_BYTES, Estimate, bytes_per_token, estimate_from_samples, exact_estimate, fmt_bytes)
+from .. import managed, owned
+from . import handover
+from ..config import PipelineConfig
+from ..errors import ConfigError
+from ..prompts import load_prompts, tokens_at_most
+from .extract_disk import (HEADER_BYTES, Estimate, bytes_per_token, estimate_from_samples, exact_estimate, fmt_bytes)
 
 SPECULATORS_DEFAULT_WORKERS = 12  # speculators train --num-workers default (0.9)
 CACHE_SLACK = 4                   # the cache bound = this × samples in flight × the largest sample
@@ -56,7 +57,7 @@ class Decision:
 # ---- the estimate -----------------------------------------------------------------------------------
 
 def per_token_bytes(cfg: PipelineConfig) -> int:
-    from .phases.extract_manifest import DTYPE_BYTES, extraction_dtype, resolve_layer_plan
+    from .extract_manifest import DTYPE_BYTES, extraction_dtype, resolve_layer_plan
 
     plan = resolve_layer_plan(cfg)
     return bytes_per_token(len(plan.layer_ids), plan.hidden_size, DTYPE_BYTES[extraction_dtype(cfg)])

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .appendlog import read_rows
-from .errors import ConfigError
-from .fsio import read_json
-from .layout import DATAGEN_MANIFEST
-from .phases.train_manifest import read_train_manifest
+from ..appendlog import read_rows
+from ..errors import ConfigError
+from ..fsio import read_json
+from ..layout import DATAGEN_MANIFEST
+from .train_manifest import read_train_manifest
 
 
 def samples(cfg) -> Path:

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from eagle3.fanout.slices import Shard, contiguous
+from eagle3.slices import Shard, contiguous
 from tests.conftest import ENGINE_PYTHON, requires_engine
 
 CASES = [(0, 1), (1, 1), (1, 3), (7, 2), (12, 2), (13, 4), (100, 7), (5, 8)]

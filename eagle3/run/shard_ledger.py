@@ -12,7 +12,7 @@ from pathlib import Path
 from .. import phase_table
 from ..fsio import atomic_write_json, read_json
 from ..layout import RunLayout
-from .slices import Shard
+from ..slices import Shard
 
 
 def shard_dir(run_dir: Path, shard: Shard) -> Path:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from eagle3.fanout import ledger
-from eagle3.fanout.slices import Shard
+from eagle3.run import shard_ledger as ledger
+from eagle3.slices import Shard
 from eagle3.layout import RunLayout
 
 

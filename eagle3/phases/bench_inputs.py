@@ -17,7 +17,7 @@ from ..fsio import read_input_json
 from ..realmodel import sha256_file
 from ..prompts import load_prompts
 from ..prompts.sets import load_prompt_set
-from .. import handover
+from . import handover
 
 def resolve_drafter(cfg: PipelineConfig) -> dict:
     """Which drafter to serve and whether it is trained: bench.drafter if set, else the train

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from eagle3 import hs_mode
+from eagle3.phases import hs_mode
 from eagle3.errors import ConfigError
 from eagle3.doctor import FAIL, PASS, check_disk
 from eagle3.phases.extract_disk import HEADER_BYTES, exact_estimate

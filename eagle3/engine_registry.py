@@ -18,7 +18,7 @@ import os
 import re
 from typing import Iterator
 
-from ..errors import ConfigError
+from .errors import ConfigError
 
 ENGINES_ENV = "EAGLE3_ENGINES"
 BUILTIN = {"vllm": "eagle3.engines.vllm:ENGINE", "sglang": "eagle3.engines.sglang:ENGINE"}
