@@ -9,7 +9,7 @@ import pytest
 
 from eagle3.bench.gates import HANDOVER_CAUSES, evaluate_parity, expected_length
 from eagle3.phases.bench_inputs import parity_expectation, training_prompts
-from eagle3.phases.train_log import validation_full_acc
+from eagle3.phases.train_log import validation_by_epoch, validation_full_acc
 
 ACC = [0.988, 0.969, 0.951]
 
@@ -59,6 +59,7 @@ def test_validation_accuracy_is_read_from_the_trainers_log(tmp_path):
                    "INFO val/loss_epoch=1.1, val/full_acc_0_epoch=0.988, val/full_acc_1_epoch=0.969,\n"
                    "          val/full_acc_2_epoch=0.951, epoch=1\n")
     assert validation_full_acc(log) == [0.988, 0.969, 0.951]
+    assert validation_by_epoch(log) == [[0.5, 0.3], [0.988, 0.969, 0.951]]  # what each epoch bought
     log.write_text("dry run: no metrics\n")
     assert validation_full_acc(log) is None and validation_full_acc(tmp_path / "missing.log") is None
 

@@ -49,7 +49,7 @@ from .. import managed
 from . import handover
 from . import PhaseSummary, train_online
 from .extract_manifest import ExtractManifest, manifest_path, read_extract_manifest
-from .train_log import follow_training, validation_full_acc
+from .train_log import follow_training, validation_by_epoch, validation_full_acc
 from .train_manifest import MANIFEST_SCHEMA, read_train_manifest
 
 PHASE = "train"
@@ -272,6 +272,7 @@ def run_train(cfg: PipelineConfig, sup: Supervisor) -> PhaseSummary:
         "target_model": str(cfg.target.model), "extract_manifest": str(manifest_path(cfg)),
         "gate": report.to_dict(), "train_log": str(paths.log), "seconds": round(time.time() - t0, 1),
         "val_full_acc": None if dry else validation_full_acc(paths.log),
+        "val_full_acc_by_epoch": [] if dry else validation_by_epoch(paths.log),
         "created_at": time.time(), "hidden_states_mode": ext.mode, "online": online,
         "trainer": {"versions": versions, "kernel_flags": kernel}, "data": data_provenance(cfg, ext),
     }

@@ -53,16 +53,24 @@ def validation_full_acc(log: Path) -> list[float] | None:
     """The last epoch's per-position validation accuracy (speculators' val/full_acc_<i>_epoch), as
     the trainer logged it: what the drafter does on held-back training data, which the benchmark's
     serve-parity gate expects back when the drafter is served. None if the log has none (dry run)."""
+    epochs = validation_by_epoch(log)
+    return epochs[-1] if epochs else None
+
+
+def validation_by_epoch(log: Path) -> list[list[float]]:
+    """Each validation's per-position accuracy, in the order logged (one a completed epoch): what each
+    epoch bought (bench/epoch_lever.py). A validation whose positions are not 0..n-1 is left out."""
     try:
         text = Path(log).read_text(errors="replace")
     except OSError:
-        return None
-    last: dict[int, float] = {}
+        return []
+    runs: list[dict[int, float]] = []
     for m in VAL_FULL_ACC.finditer(text):
-        last[int(m.group(1))] = float(m.group(2))
-    if not last or sorted(last) != list(range(len(last))):
-        return None
-    return [last[i] for i in range(len(last))]
+        i = int(m.group(1))
+        if i == 0 or not runs or i in runs[-1]:
+            runs.append({})
+        runs[-1][i] = float(m.group(2))
+    return [[r[i] for i in range(len(r))] for r in runs if r and sorted(r) == list(range(len(r)))]
 
 
 class LogFollower(Ticker):

@@ -23,7 +23,7 @@ SMOKED = {"datagen_vs_vllm_bench.py", "datagen_client_split.py", "handoff_bench.
           "fanout_bench.py", "first_phase_bench.py", "one_server_probe.py", "noise_sampler.py",
           "startup_probe.py", "modelinfo_share_bench.py", "side_by_side_bench.py", "drafter_acceptance.py",
           "draft_vocab_coverage.py", "derive_profile.py", "alternation_probe.py", "pack_aa_bench.py",
-          "idle_ttft_probe.py", "rerun_alarms.py"}  # derive_profile: tests/bench/test_derive_profile.py; fanout_bench: tests/flows/test_fanout.py, on that test's two nodes
+          "idle_ttft_probe.py", "rerun_alarms.py", "epoch_lever.py"}  # derive_profile: tests/bench/test_derive_profile.py; fanout_bench: tests/flows/test_fanout.py, on that test's two nodes
 SHELL = {"gpu_carry.sh", "gpu_e2e.sh", "gpu_pack_deps.sh", "gpu_sglang.sh", "gpu_sglang_deps.sh", "gpu_wait.sh",
          "run_on_gpu.sh"}
 engine = [pytest.mark.slow, pytest.mark.engine]
@@ -55,6 +55,15 @@ def test_handoff_bench_smoke():
     result = json.loads(res.stdout[res.stdout.index("{"):])
     assert result["pack_rounds"] == result["ritual_rounds"] == result["floor_rounds"] == 1
     assert "not a measurement" in result["smoke"]
+
+
+def test_epoch_lever_reads_what_each_epoch_bought(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("".join(f"INFO val/full_acc_0_epoch={a}, val/full_acc_1_epoch={b}, val/full_acc_2_epoch={c}\n"
+                           for a, b, c in ((0.5, 0.3, 0.2), (0.7, 0.5, 0.3))))
+    _script("epoch_lever.py", str(log), "--json", str(tmp_path / "e.json"), timeout=60)
+    rows = json.loads((tmp_path / "e.json").read_text())["epochs"]
+    assert [(r["epoch"], r["expected_length"], r["gain"]) for r in rows] == [(1, 2.0, None), (2, 2.5, 0.5)]
 
 
 def test_noise_sampler_smoke():
