@@ -73,8 +73,8 @@ def test_each_prepared_row_is_traced_to_the_sample_whose_prompt_it_starts_with(t
             {"id": "e", "meta": {"prompt_token_ids": []}}, {"id": "f"}]
     (tmp_path / "s.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"id": "g", "me')  # torn last row
     table = prompt_ids_of(tmp_path / "s.jsonl")
-    assert sample_of_row([1, 5, 9, 9], table) == "b"       # the shortest prompt it starts with
-    assert sample_of_row([1, 5, 6, 9], table) == "b"       # b's prompt is a's prefix: b, the shorter, wins
+    assert sample_of_row([1, 5, 9, 9], table) == "b"       # the prompt it starts with
+    assert sample_of_row([1, 5, 6, 9], table) == "a"       # b's prompt is a's prefix: a, the longer, is the row's
     assert sample_of_row([1, 7, 7, 7, 3], table) is None   # two samples share that prompt: not guessed
     assert sample_of_row([2, 5, 6], table) is None and sample_of_row([1], table) is None
 
