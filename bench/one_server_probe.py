@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from eagle3.engines import hidden_states  # noqa: E402
-from eagle3.engines.probe import vllm_accepts  # noqa: E402
+from eagle3.engines.probe import engine_accepts  # noqa: E402
 from eagle3.engines.serving import api_key, base_url, start_server  # noqa: E402
 from eagle3.openai_client import OpenAIClient  # noqa: E402
 from eagle3.phases.datagen import build_payload  # noqa: E402
@@ -101,7 +101,7 @@ def main() -> int:
         staging.mkdir()
         layers = list(resolve_layer_plan(cfg).layer_ids)
         flags = hidden_states.server_args(layers, staging, cpu=cfg.cpu_rehearsal,
-                                          scale_out_flag=vllm_accepts(cfg, sup, "--enable-scale-out"))
+                                          scale_out_flag=engine_accepts(cfg, sup, "vllm", "--enable-scale-out"))
         extracting, extract_stats = serve_and_ask(cfg, sup, "extract", cfg.extract.server, bodies, flags,
                                                   hidden_states.server_env(cfg.cpu_rehearsal, cfg.engines.vllm.env),
                                                   staging=staging)

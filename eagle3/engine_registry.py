@@ -22,6 +22,7 @@ from .errors import ConfigError
 
 ENGINES_ENV = "EAGLE3_ENGINES"
 BUILTIN = {"vllm": "eagle3.engines.vllm:ENGINE", "sglang": "eagle3.engines.sglang:ENGINE"}
+DEFAULT = "vllm"  # the engine of a config section that names none, and of a record from before records named it
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _swapped: list[dict[str, str]] = []
 

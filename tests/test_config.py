@@ -607,3 +607,13 @@ def test_data_parallel_copies_change_no_fingerprint_and_reach_each_engines_flag(
     sglang = SGLANG.serve_argv(env, two.target, two.datagen.server)
     assert sglang[sglang.index("--dp-size") + 1] == "2" and "--dp-size" not in SGLANG.serve_argv(
         env, one.target, one.datagen.server)
+
+
+def test_the_extraction_engine_is_one_whose_module_says_it_extracts_hidden_states(make_config):
+    from eagle3.errors import ConfigError
+
+    assert make_config({}, check_files=False).extract.engine == "vllm"
+    with pytest.raises(ConfigError) as err:
+        make_config({"engines": {"sglang": {"python": sys.executable}}, "extract": {"engine": "sglang"}},
+                    check_files=False)
+    assert "extract.engine" in str(err.value) and "sglang cannot extract hidden states; use one that can: vllm" in str(err.value)

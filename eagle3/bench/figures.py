@@ -30,6 +30,7 @@ import math
 import random
 from pathlib import Path
 
+from .. import engine_registry
 from .repeats import mean_interval
 from .stats import pool_windows, table, windows_by_point
 
@@ -135,9 +136,9 @@ def figures(results: dict) -> dict[str, dict]:
         else:
             speed = speed_figures(windows[0]["load"], seed=seed)
         out[f"k{k}-c{c}"] = {"k": k, "concurrency": c, "windows": len(windows), **speed,
-                             **acceptance_figures(_pooled_acceptance(windows, results.get("engine", "vllm")),
+                             **acceptance_figures(_pooled_acceptance(windows, results.get("engine", engine_registry.DEFAULT)),
                                                   _merged_load(windows), seed=seed + 500)}
-    rows = table(results.get("servers", []), results.get("engine", "vllm")) if out else []
+    rows = table(results.get("servers", []), results.get("engine", engine_registry.DEFAULT)) if out else []
     for key, f in out.items():
         if f["k"] and (base := out.get(f"k0-c{f['concurrency']}")):
             f["speedup"] = _speedup(rows, f, base)

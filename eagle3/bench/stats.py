@@ -8,6 +8,7 @@ Inputs are the JSON-ready server runs the bench phase records (see eagle3/phases
 
 from __future__ import annotations
 
+from .. import engine_registry
 from ..engines.metrics import SpecCounters, acceptance
 from .repeats import (FASTER, NOT_FASTER, UNDECIDED, mean_interval, pair_by_slot, paired_ratio_interval,
                       ratio_interval, verdict)
@@ -57,9 +58,9 @@ def pooled_acceptance(run: dict, engine: str) -> dict | None:
         return None
     pooled = pool_windows(run["windows"], engine)
     final = run.get("accept_length_final")
-    if pooled is None and engine == "sglang" and final is not None:  # a record from before SGLang's counters
+    if pooled is None and final is not None:  # no counter deltas, only the server's own final average
         return {"acceptance_length": final, "acceptance_rate": None, "per_position": [],
-                "source": "sglang /server_info avg_spec_accept_length at the end"}
+                "source": f"{engine}: the server's average acceptance length at the end"}
     return pooled
 
 
@@ -79,7 +80,7 @@ def windows_by_point(runs: list[dict]) -> dict[tuple[int, int], list[dict]]:
     return points
 
 
-def table(runs: list[dict], engine: str = "vllm") -> list[dict]:
+def table(runs: list[dict], engine: str = engine_registry.DEFAULT) -> list[dict]:
     """One row per (k, concurrency): the mean over its windows with a 95 % interval, the speedup over
     the baseline at the same concurrency with its interval and verdict (eagle3/bench/repeats.py), the
     acceptance pooled over its windows. The Prefect table and the report's table."""

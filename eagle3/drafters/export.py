@@ -22,7 +22,7 @@ import struct
 import uuid
 from pathlib import Path
 
-from .formats import (LAYER_INPUT, LAYER_OUTPUT, LAYOUT_CONVENTION, SGLANG_ARCH, layout_of, DrafterConfig, from_layer_input, parse_config, to_layer_input)
+from .formats import (EAGLE_LAYOUT, LAYER_INPUT, LAYER_OUTPUT, LAYOUT_CONVENTION, SGLANG_ARCH, layout_of, DrafterConfig, from_layer_input, parse_config, to_layer_input)
 from ..errors import ConfigError, GateError, echo
 from ..fsio import atomic_write_json, fsync_dir
 from ..inputfiles import MAX_JSON_BYTES, read_capped
@@ -34,7 +34,7 @@ CONFIG_DROP = ("speculators_model_type", "speculators_version", "speculators_con
 
 
 def rename_for(layout: str, name: str) -> str:
-    if layout == "sglang":
+    if layout == EAGLE_LAYOUT:
         if name.startswith("layers.0."):
             return "midlayer." + name[len("layers.0."):]
         m = re.match(r"layers\.(\d+)\.(.*)", name)
@@ -142,7 +142,7 @@ def export_drafter(src: Path | str, dst: Path | str, engine: str, source_convent
     work.mkdir()
     try:
         write_renamed(src / "model.safetensors", work / "model.safetensors", lambda n: rename_for(layout, n))
-        config = sglang_config(c, ids) if layout == "sglang" else vllm_config(c, ids)
+        config = sglang_config(c, ids) if layout == EAGLE_LAYOUT else vllm_config(c, ids)
         atomic_write_json(work / "config.json", config)
         for extra in ("generation_config.json",):
             if (src / extra).is_file():

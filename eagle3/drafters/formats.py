@@ -20,13 +20,17 @@ from typing import Any
 
 from .. import engine_registry
 
+# The names below are stored in records (manifests, reports) and so keep the engines' names they were given;
+# each is defined here once and the code refers to it, never to an engine's name.
 LAYER_INPUT = "vllm"    # id k = input of decoder layer k (= eagle3.phases.extract_manifest.CONVENTION)
 LAYER_OUTPUT = "sglang"  # id k = output of decoder layer k
 CONVENTIONS = (LAYER_INPUT, LAYER_OUTPUT)
 # The drafter layouts the engines' loaders read (named for the loader that defines each) and how each
 # means its aux ids; an engine names its own (Engine.drafter_layout), so a new engine whose loader reads
 # one of these adds nothing here.
-LAYOUT_CONVENTION = {"vllm": LAYER_INPUT, "sglang": LAYER_OUTPUT}
+SPECULATORS_LAYOUT = "vllm"  # speculators' checkpoint, as vLLM's loader reads it
+EAGLE_LAYOUT = "sglang"      # an EAGLE checkpoint with Llama fields at the top level, as SGLang's loader reads it
+LAYOUT_CONVENTION = {SPECULATORS_LAYOUT: LAYER_INPUT, EAGLE_LAYOUT: LAYER_OUTPUT}
 # Written by the train phase beside the checkpoint it serves: what the drafter learned from (phase 1's
 # sampling, sample and token counts) and how it was trained. Engines ignore it; the checksum leaves it out.
 PROVENANCE = "eagle3-provenance.json"
@@ -235,7 +239,7 @@ def expected_sglang(c: DrafterConfig) -> Expected:
     return Expected(required, optional, {})
 
 
-EXPECTED = {"vllm": expected_vllm, "sglang": expected_sglang}
+EXPECTED = {SPECULATORS_LAYOUT: expected_vllm, EAGLE_LAYOUT: expected_sglang}
 
 
 # ---- engine-specific config rules --------------------------------------------------------------
@@ -248,7 +252,7 @@ def layout_of(engine: str) -> str:
 def config_problems(layout: str, c: DrafterConfig) -> list[Problem]:
     """Settings a loader of `layout` would reject or silently mis-serve."""
     out: list[Problem] = []
-    if layout == "vllm":
+    if layout == SPECULATORS_LAYOUT:
         known = set(SPECULATORS_ARCHS) | set(EAGLE_ARCHS)
         if c.layout == "eagle" and not set(c.architectures) & known:
             out.append(Problem("architectures", f"{c.architectures} is not an EAGLE-3 drafter architecture vLLM "
@@ -261,7 +265,7 @@ def config_problems(layout: str, c: DrafterConfig) -> list[Problem]:
             out.append(Problem(c.aux_ids_field, f"{len(c.aux_ids)} aux layers, but vLLM sizes `fc` for "
                                f"{c.num_aux_vllm} (from num_aux_hidden_states / eagle_config, default 3); "
                                "set eagle_config.eagle_aux_hidden_state_layer_ids to the same list"))
-    elif layout == "sglang":
+    elif layout == EAGLE_LAYOUT:
         if c.layout != "eagle" or SGLANG_ARCH not in c.architectures:
             out.append(Problem("architectures", f"{c.architectures or 'missing'} ({c.layout} layout): SGLang loads "
                                f"EAGLE-3 drafters as [\"{SGLANG_ARCH}\"] with Llama fields at the top level; "

@@ -16,7 +16,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .formats import (EXPECTED, LAYOUT_CONVENTION, layout_of, LAYER_INPUT, DrafterConfig, Problem, config_problems, from_layer_input, parse_config, to_layer_input)
+from .formats import (EAGLE_LAYOUT, EXPECTED, LAYOUT_CONVENTION, SPECULATORS_LAYOUT, layout_of, LAYER_INPUT, DrafterConfig, Problem, config_problems, from_layer_input, parse_config, to_layer_input)
 from ..errors import ConfigError, echo
 from ..inputfiles import MAX_JSON_BYTES, dir_problem, file_problem, read_capped
 from ..safetensors_header import SafetensorsError, TensorInfo, read_header
@@ -108,7 +108,7 @@ def _check_weights(layout: str, c: DrafterConfig, weights: dict[str, TensorInfo]
         old_prefix = first.split(".")[0] + (".0." if first.startswith("layers.0.") else ".")
         new_prefix = renamed[first][: len(renamed[first]) - len(first) + len(old_prefix)]
         silently = "drops them silently, so the decoder layer would stay random (acceptance ~0)" \
-            if layout == "sglang" else "cannot load them"
+            if layout == EAGLE_LAYOUT else "cannot load them"
         problems.append(Problem(f"{old_prefix}*", f"{len(renamed)} weights named {old_prefix}*, but {layout} expects "
                                 f"{new_prefix}* and {silently}; rename them: `{EXPORT_HINT.format(engine=layout)}`"))
     for canonical, name in sorted(seen.items()):
@@ -143,7 +143,7 @@ def _missing_reason(name: str, c: DrafterConfig) -> str:
 
 
 def _unexpected_reason(layout: str, name: str, c: DrafterConfig, allowed: dict) -> str:
-    if layout == "sglang":
+    if layout == EAGLE_LAYOUT:
         if name == "input_norm.weight":
             return ("SGLang's drafter has no input_norm parameter and drops it silently (norm_before_fc); retrain "
                     "with train.extra_args [--no-norm-before-fc, --no-norm-before-residual, --no-norm-output]")
@@ -174,7 +174,7 @@ def _shape_reason(name: str, c: DrafterConfig) -> str:
 def _check_aux(report: GateReport, c: DrafterConfig, layout: str, expected: list[int] | None,
                target_layers: int | None) -> None:
     conv = LAYOUT_CONVENTION[layout]
-    field_name = c.aux_ids_field if layout == "vllm" else "eagle_config.eagle_aux_hidden_state_layer_ids"
+    field_name = c.aux_ids_field if layout == SPECULATORS_LAYOUT else "eagle_config.eagle_aux_hidden_state_layer_ids"
     if not c.aux_ids:
         fix = f"set it to {from_layer_input(expected, conv)}" if expected else "set it to the extraction's layer ids"
         report.problems.append(Problem(field_name, f"missing; {layout} would then capture its default layers "
@@ -269,7 +269,7 @@ def needs_export(directory: Path | str, engine: str) -> bool:
     """True when the checkpoint is not in the layout `engine` loads (names or config format)."""
     directory = Path(directory)
     c, _ = parse_config(json.loads((directory / "config.json").read_text()))
-    if layout_of(engine) == "sglang":
+    if layout_of(engine) == EAGLE_LAYOUT:
         names = read_weights(directory)
         return c is None or c.layout != "eagle" or any(n.startswith("layers.") for n in names)
     return False

@@ -80,10 +80,6 @@ def write_sglang_dataset(path: Path, prompts: list[str]) -> Path:
 
 # ---- vLLM --------------------------------------------------------------------------------------
 
-def vllm_argv(env, s: LoadSpec) -> list[str]:
-    return [*env.script_argv("vllm"), "bench", "serve", *vllm_flags(s)]
-
-
 def vllm_flags(s: LoadSpec) -> list[str]:
     """The flags of `vllm bench serve` (also what eagle3/engine_side/vllm_bench_driver.py parses)."""
     argv = [  # The chat backend: the server renders its own chat template, as it did for data generation.

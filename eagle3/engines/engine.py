@@ -107,6 +107,15 @@ class Engine:
             previous = max(previous, at)
         return found
 
+    # ---- hidden-state extraction (the extract phase, and the online train step) ----------------
+    extracts_hidden_states: ClassVar[bool] = False
+
+    def extraction_server(self, cfg, sup, layer_ids: list[int], dtype: str,
+                          storage: Path) -> tuple[list[str], dict[str, str]]:
+        """(extra server flags, environment) that make every request write its prompt's hidden states at
+        `layer_ids` (the vllm convention) under `storage`."""
+        raise NotImplementedError(f"{self.name} does not extract hidden states")
+
     # ---- speculative decoding and its counters -----------------------------------------------
     acceptance_source: ClassVar[str]  # where a window's acceptance comes from, said in every report
 

@@ -12,7 +12,7 @@ import json
 import os
 from pathlib import Path
 
-from .probe import vllm_accepts
+from .probe import engine_accepts
 
 ENGINE_SIDE_DIR = Path(__file__).resolve().parent.parent / "engine_side"
 GPU_CONNECTOR = "ExampleHiddenStatesConnector"  # vLLM's own, registered by name
@@ -47,12 +47,11 @@ def server_env(cpu: bool, engine_env: dict[str, str]) -> dict[str, str]:
     return {"PYTHONPATH": os.pathsep.join(p for p in (str(ENGINE_SIDE_DIR), existing) if p)}
 
 
-def extraction_flags(cfg, sup, layer_ids: list[int], dtype: str,
-                           storage: Path) -> list[str]:
+def extraction_flags(cfg, sup, engine: str, layer_ids: list[int], dtype: str, storage: Path) -> list[str]:
     """The extraction server's flags, for the extract phase and the online train step alike. Whether
     the render endpoint needs --enable-scale-out is the installed vLLM's own answer (one probe per run dir)."""
     extra = server_args(layer_ids, storage, cpu=cfg.cpu_rehearsal,
-                                  scale_out_flag=vllm_accepts(cfg, sup, "--enable-scale-out"))
+                        scale_out_flag=engine_accepts(cfg, sup, engine, "--enable-scale-out"))
     # Each request is a prepared sample (<= seq_length tokens) plus one generated token.
     if cfg.extract.seq_length + 1 > cfg.target.max_model_len:
         extra += ["--max-model-len", str(cfg.extract.seq_length + 1)]

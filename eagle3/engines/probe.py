@@ -132,14 +132,14 @@ def import_errors(cfg: PipelineConfig, sup: Supervisor, engine: str, *modules: s
     return {m: (reason, missing.get(m)) for m, reason in why.items() if reason is not None}
 
 
-def vllm_accepts(cfg: PipelineConfig, sup: Supervisor, flag: str) -> bool:
-    """Whether the configured vLLM's own server parser has `flag` (one of its optional_serve_flags)."""
-    if flag not in engine_registry.get("vllm").optional_serve_flags:
-        raise ValueError(f"{flag} is not probed; add it to the vllm engine's optional_serve_flags")
-    info = inspect_engine(cfg, sup, "vllm")
+def engine_accepts(cfg: PipelineConfig, sup: Supervisor, engine: str, flag: str) -> bool:
+    """Whether the configured engine's own server parser has `flag` (one of its optional_serve_flags)."""
+    if flag not in engine_registry.get(engine).optional_serve_flags:
+        raise ValueError(f"{flag} is not probed; add it to the {engine} engine's optional_serve_flags")
+    info = inspect_engine(cfg, sup, engine)
     flags = info.get("serve_flags")
     if not isinstance(flags, dict) or flag not in flags:
-        raise ConfigError(f"engines.vllm: could not ask the vLLM environment whether its server takes {flag} "
+        raise ConfigError(f"engines.{engine}: could not ask the {engine} environment whether its server takes {flag} "
                           f"({info.get('error') or info.get('serve_flags_error') or 'no answer'}); "
                           f"see {cfg.layout.doctor}; `eagle3 doctor CONFIG` shows the probe's result")
     return bool(flags[flag])
@@ -191,4 +191,4 @@ def _interpreter_identity(path) -> str | float | None:
         return None
 
 
-__all__ = ["engine_probe", "import_errors", "inspect_engine", "vllm_accepts", "ENGINE_SIDE"]
+__all__ = ["engine_probe", "import_errors", "inspect_engine", "engine_accepts", "ENGINE_SIDE"]

@@ -10,7 +10,7 @@ from pathlib import Path
 from .. import owned
 from ..fsio import atomic_write_bytes
 from ..process.readiness import HttpProbe, Probe
-from . import benchclient, loadgen, metrics
+from . import benchclient, hidden_states, loadgen, metrics
 from .engine import SPECULATIVE, Engine
 
 
@@ -125,6 +125,12 @@ class Vllm(Engine):
         ("engine_spawn_s", r"(\d\d-\d\d \d\d:\d\d:\d\d) \[core\.py:\d+\] Initializing a V1 LLM engine", "%m-%d %H:%M:%S"),
     )
 
+    extracts_hidden_states = True
+
+    def extraction_server(self, cfg, sup, layer_ids, dtype, storage):
+        return (hidden_states.extraction_flags(cfg, sup, self.name, layer_ids, dtype, storage),
+                hidden_states.server_env(cfg.cpu_rehearsal, getattr(cfg.engines, self.name).env))
+
     acceptance_source = "vllm /metrics spec-decode counter deltas around the window"
 
     def spec_args(self, drafter: Path, k: int) -> list[str]:
@@ -147,7 +153,7 @@ class Vllm(Engine):
         return loadgen.VllmDriverClient(sup, env_cfg, env, name, log_dir, phase, hang_timeout_s)
 
     def load_argv(self, env_cfg, spec):
-        return benchclient.vllm_argv(env_cfg, spec)
+        return [*env_cfg.script_argv("vllm"), "bench", "serve", *benchclient.vllm_flags(spec)]
 
     def parse_load(self, result_file):
         return benchclient.parse_vllm(result_file)

@@ -56,6 +56,7 @@ from ..bench import kv_budget
 from ..config import PipelineConfig, num_hidden_layers
 from ..config.target_model import read_json_file, target_config
 from .. import engine_registry
+from ..drafters.formats import LAYER_INPUT, LAYOUT_CONVENTION
 from ..errors import ConfigError, GateError
 from ..fsio import atomic_write_json, read_json
 from ..progress import PhaseProgress
@@ -373,7 +374,7 @@ def _assemble(cfg: PipelineConfig, drafter: dict, prompts: dict, runs: list[dict
     if any(w["load"]["failed"] for r in runs for w in r["windows"]):
         notes.append("some requests failed; see the `failed` column and the client logs")
     ids, trained_on = drafter.get("config_aux_layer_ids"), drafter.get("aux_layer_ids_vllm")
-    if ids and trained_on and engine.drafter_layout == "vllm":  # a layout whose stored ids are vllm's convention
+    if ids and trained_on and LAYOUT_CONVENTION.get(engine.drafter_layout) == LAYER_INPUT:  # stored ids: layer inputs
         # The extraction may list the final layer too (speculators' verifier_last_hidden_states); it is not an aux input.
         last = num_hidden_layers(cfg.target.model)
         if list(ids) != [i for i in trained_on if i != last]:

@@ -62,7 +62,7 @@ class Bench(PhaseSettings):
     # How servers start changes when they are ready, not what they measure.
     FINGERPRINT_EXCLUDE = {"watch": True, "parity": True, "first_position_floor": True, "start_servers": True}
 
-    engine: EngineName = Field("vllm", description="The engine benchmarked.")
+    engine: EngineName = Field(engine_registry.DEFAULT, description="The engine benchmarked.")
     server: Server = Field(description="The benchmark's servers, one per k (`*.server` below).")
     num_speculative_tokens: list[Annotated[int, Field(ge=1, le=16)]] = Field(
         default_factory=lambda: [3], description="Each k measured against the baseline; distinct, sorted.")

@@ -7,6 +7,7 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from ..config.types import EngineName, FsPath, PhaseSettings, PositiveFloat, Server, Strict, non_finite
+from .. import engine_registry
 from ..inputfiles import file_problem
 
 
@@ -22,7 +23,7 @@ class Datagen(PhaseSettings):
     PATH_FIELDS = ("prompts",)
     FINGERPRINT_EXCLUDE = {"server": {"api_key"}}
 
-    engine: EngineName = Field("vllm", description="The engine that serves the target.")
+    engine: EngineName = Field(engine_registry.DEFAULT, description="The engine that serves the target.")
     prompts: FsPath = Field(description=(
         "The prompt set, a JSONL regular file: `id` plus `conversations`/`messages` (role/content, or ShareGPT "
         "from/value) or `prompt`."))

@@ -37,6 +37,7 @@ from pathlib import Path
 
 from .. import progress
 from . import handover
+from .. import engine_registry
 from ..config import PipelineConfig
 from ..layout import EXTRACT_MANIFEST, PREPARED_INDEX
 from ..engines import hidden_states as hs_server
@@ -285,9 +286,9 @@ def _extract(cfg: PipelineConfig, sup: Supervisor, paths: ExtractPaths, plan: La
     def ensure_server() -> Process:
         nonlocal server
         if server is None:
-            server = start_server(sup, cfg, PHASE, "vllm", cfg.extract.server,
-                                  extra_args=hs_server.extraction_flags(cfg, sup, list(plan.layer_ids), dtype, paths.staging),
-                                  env=hs_server.server_env(cfg.cpu_rehearsal, cfg.engines.vllm.env))
+            engine = engine_registry.get(cfg.extract.engine)
+            flags, env = engine.extraction_server(cfg, sup, list(plan.layer_ids), dtype, paths.staging)
+            server = start_server(sup, cfg, PHASE, engine.name, cfg.extract.server, extra_args=flags, env=env)
         return server
 
     try:

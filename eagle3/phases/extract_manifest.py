@@ -15,13 +15,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..config import PipelineConfig, default_aux_layer_ids, num_hidden_layers
+from ..drafters.formats import LAYER_INPUT
 from ..errors import ConfigError, PipelineError
 from ..layout import EXTRACT_MANIFEST
 from ..fsio import atomic_write_json, read_json
 
 PHASE = "extract"
 MANIFEST_SCHEMA = 1
-CONVENTION = "vllm"
+CONVENTION = LAYER_INPUT
 CONVENTION_NOTE = ("id k = hidden state entering decoder layer k (= output of layer k-1, HF output_hidden_states[k]); "
                    "id L = output of the last decoder layer before the final norm; SGLang/SpecForge name the same "
                    "tensor k-1")

@@ -7,14 +7,16 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator
 
 from ..config.target_model import default_aux_layer_ids, num_hidden_layers
-from ..config.types import PhaseSettings, Server
+from .. import engine_registry
+from ..config.types import EngineName, PhaseSettings, Server
 from ..errors import ConfigError, echo
 
 
 class Extract(PhaseSettings):
     FINGERPRINT_ALSO = ("hidden_states",)
 
-    engine: Literal["vllm"] = Field("vllm", description="The engine that extracts hidden states.")
+    engine: EngineName = Field(engine_registry.DEFAULT, description=(
+        "The engine that extracts hidden states: one whose module says it can (`extracts_hidden_states`)."))
     server: Server = Field(description="The extraction server (`*.server` below).")
     aux_layer_ids: list[Annotated[int, Field(ge=0)]] | None = Field(None, description=(
         "Target layers whose hidden states the drafter learns from, vllm convention (input of decoder layer k); "
@@ -27,6 +29,14 @@ class Extract(PhaseSettings):
         "dtype of the stored hidden states; `auto` accepts what the engine chose."))
     max_disk_bytes: int | None = Field(None, gt=0, description=(
         "Refuse before starting when the estimated hidden states would exceed this many bytes."))
+
+    @field_validator("engine")
+    @classmethod
+    def _extracts(cls, v):
+        if not engine_registry.get(v).extracts_hidden_states:
+            able = [n for n in engine_registry.names() if engine_registry.get(n).extracts_hidden_states]
+            raise ValueError(f"{v} cannot extract hidden states; use one that can: {', '.join(able)}")
+        return v
 
     @field_validator("aux_layer_ids")
     @classmethod

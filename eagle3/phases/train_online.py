@@ -27,6 +27,7 @@ from typing import Iterator
 from .. import progress
 from . import hs_mode
 from ..handoff import scratch
+from .. import engine_registry
 from ..config import PipelineConfig
 from ..engines import hidden_states as hs_server
 from ..engines.serving import base_url, client_env, start_server
@@ -134,9 +135,9 @@ def extraction_server(cfg: PipelineConfig, sup: Supervisor, ext: ExtractManifest
         largest = max(index["seq_len"]) * hs_mode.per_token_bytes(cfg) + 256
     bound = hs_mode.cache_bound(cfg, largest)
     progress.step(PHASE, f"starting the extraction server for on-demand hidden states (cache bound {bound} bytes)")
-    server = start_server(sup, cfg, PHASE, "vllm", cfg.extract.server,
-                          extra_args=hs_server.extraction_flags(cfg, sup, list(ext.layer_ids), ext.dtype, cache),
-                          env=hs_server.server_env(cfg.cpu_rehearsal, cfg.engines.vllm.env),
+    engine = engine_registry.get(cfg.extract.engine)
+    flags, env = engine.extraction_server(cfg, sup, list(ext.layer_ids), ext.dtype, cache)
+    server = start_server(sup, cfg, PHASE, engine.name, cfg.extract.server, extra_args=flags, env=env,
                           gpus=list(cfg.hidden_states.server_gpus), served_name=served_name(cfg))
     guard = CacheGuard(cache, bound, on_exceeded=sup.stop_all)
     try:

@@ -151,7 +151,7 @@ def test_vllm_client_window_holds_only_measured_requests(tmp_path):
 
     spec = benchclient.LoadSpec("http://127.0.0.1:1", "served", Path("/m"), tmp_path / "d.jsonl", 8, 4, 32, 0.0,
                                 False, tmp_path / "r.json")
-    argv = benchclient.vllm_argv(EngineEnv(python=Path("/venv/bin/python")), spec)
+    argv = engine_registry.get("vllm").load_argv(EngineEnv(python=Path("/venv/bin/python")), spec)
     assert argv[:3] == ["/venv/bin/vllm", "bench", "serve"]
     opts = dict(zip(argv[3::1], argv[4::1]))
     # No ready-check request and no client warm-up: they would fall inside the counter window.

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from eagle3.engines.probe import vllm_accepts
+from eagle3.engines.probe import engine_accepts
 from eagle3.phases.extract import ExtractPaths, run_extract
 from eagle3.pipeline import supervisor
 from tests.reliability.standins import records, standin_config, write_extract_inputs
@@ -65,12 +65,12 @@ def test_extract_passes_enable_scale_out_only_to_a_vllm_whose_parser_has_it(tmp_
     cfg = standin_config(tmp_path, env={"STANDIN_VLLM_RELEASE": release, "STANDIN_RECORD": str(rec)})
     write_extract_inputs(cfg, n=3)
     sup = supervisor(cfg)
-    assert vllm_accepts(cfg, sup, "--enable-scale-out") is passed
+    assert engine_accepts(cfg, sup, "vllm", "--enable-scale-out") is passed
     summary = run_extract(cfg, sup)
     assert summary.details["new_files"] == 3
     [server] = [r for r in records(rec) if r["argv"][1:2] == ["serve"]]
     assert ("--enable-scale-out" in server["argv"]) is passed
     assert len(list(ExtractPaths.of(cfg).hidden_states.glob("hs_*.safetensors"))) == 3
     # the answer is cached in the run dir: a second question starts no probe
-    assert vllm_accepts(cfg, sup, "--enable-scale-out") is passed
+    assert engine_accepts(cfg, sup, "vllm", "--enable-scale-out") is passed
     assert len([r for r in records(rec) if r["argv"][1:2] == ["serve"]]) == 1
