@@ -107,6 +107,10 @@ class Engine:
             previous = max(previous, at)
         return found
 
+    # ---- what it leaves in /dev/shm (the handoff's purge, eagle3/handoff/shm.py) ------------------
+    shm_patterns: ClassVar[tuple[str, ...]] = ()     # anchored globs of the segment names it creates
+    shm_creator_pid: ClassVar[tuple[str, ...]] = ()  # regexes whose group 1 is the creating PID
+
     # ---- hidden-state extraction (the extract phase, and the online train step) ----------------
     extracts_hidden_states: ClassVar[bool] = False
 

@@ -20,6 +20,9 @@ class Sglang(Engine):
     # to the whole group reaches its detokenizer first, which its leader takes for a crash: SIGQUIT, five
     # seconds of crash diagnostics, a log that reads as a failure (seen on the H200, 0.5.16).
     stop_leader_first = True
+    # What it leaves in /dev/shm (docs/FACTS.md §6); >= 0.5.16 never unlinks its load snapshots, even on a clean stop.
+    shm_patterns = ("sgl_shm_*", "multi_tokenizer_args_*", "shared_mla_tp*", "sglang_loads_*")
+    shm_creator_pid = (r"^sgl_shm_[^_]+_(\d+)_", r"^shared_mla_tp\d+_p(\d+)")
     gpu_share_flag = "--mem-fraction-static"
 
     def serve_argv(self, env, target, server, extra: list[str] = ()) -> list[str]:

@@ -125,6 +125,7 @@ class Vllm(Engine):
         ("engine_spawn_s", r"(\d\d-\d\d \d\d:\d\d:\d\d) \[core\.py:\d+\] Initializing a V1 LLM engine", "%m-%d %H:%M:%S"),
     )
 
+    shm_patterns = ("vllm*",)  # vllm_offload_<id>.mmap, ... (docs/FACTS.md §6)
     extracts_hidden_states = True
 
     def extraction_server(self, cfg, sup, layer_ids, dtype, storage):

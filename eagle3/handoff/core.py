@@ -254,7 +254,7 @@ def _purge(step: _Steps, report: HandoffReport, run_dir: Path, settings: Handoff
             report.scratch_bytes_removed[str(path)] = scratch.purge(path)
         rec["detail"] = f"{sum(report.scratch_bytes_removed.values())} bytes removed"
     with step("/dev/shm") as rec:
-        result = shm.purge(settings.shm_dir)
+        result = shm.purge(settings.shm_dir, **shm.names_with_engines())
         report.shm = result.to_dict()
         rec["detail"] = f"{len(result.removed)} removed, {len(result.kept)} kept"
     with step("__pycache__") as rec:

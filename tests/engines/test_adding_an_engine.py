@@ -143,3 +143,21 @@ def test_an_engines_name_stands_only_in_its_own_module_and_the_registry():
                 continue
             leaks += [f"eagle3/{rel}:{line} {value!r}" for line, value in _string_constants(path) if value == name]
     assert leaks == [], "engine facts outside the engine's module (give the Engine an attribute):\n" + "\n".join(leaks)
+
+
+def test_what_an_engine_leaves_in_dev_shm_is_its_modules_to_say(tmp_path):
+    """The handoff's /dev/shm purge takes each registered engine's segment names from its module; an engine
+    that cannot be loaded adds none, and nothing of its is removed on a guess."""
+    from eagle3.handoff import shm
+
+    stale, live = tmp_path / "toy_seg_999999999_a", tmp_path / f"toy_seg_{os.getpid()}_a"
+    for f in (stale, live, tmp_path / "toy_other"):
+        f.write_bytes(b"x")
+    with engine_registry.using({**TOY, "gone": "no_such_module_anywhere:ENGINE"}):
+        names = shm.names_with_engines()
+        result = shm.purge(tmp_path, **names)
+    assert "toy_seg_*" in names["patterns"] and "vllm*" in names["patterns"] and "sgl_shm_*" in names["patterns"]
+    assert result.removed == [stale.name]  # its creator PID is not alive
+    assert [k["name"] for k in result.kept] == [live.name] and "creator PID" in result.kept[0]["reason"]
+    assert (tmp_path / "toy_other").exists()  # not one of anyone's names
+    assert "toy_seg_*" not in shm.names_with_engines()["patterns"]  # unregistered again
