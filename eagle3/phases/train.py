@@ -49,7 +49,7 @@ from .. import managed
 from . import handover
 from . import PhaseSummary, train_online
 from .extract_manifest import ExtractManifest, manifest_path, read_extract_manifest
-from .train_log import follow_training, validation_by_epoch, validation_full_acc
+from .train_log import follow_training, validation_by_epoch
 from .train_manifest import MANIFEST_SCHEMA, read_train_manifest
 
 PHASE = "train"
@@ -261,6 +261,7 @@ def run_train(cfg: PipelineConfig, sup: Supervisor) -> PhaseSummary:
     if not report.ok:
         raise GateError(f"the {'dry-run' if dry else 'trained'} drafter fails the {engine} checkpoint gate "
                         f"(details in {paths.gate}):\n" + report.render())
+    by_epoch = [] if dry else validation_by_epoch(paths.log)  # the log read once: every epoch's, the last one's
     manifest = {
         "schema": MANIFEST_SCHEMA, "trained": not dry, "status": UNTRAINED if dry else "TRAINED",
         "checkpoint": str(served), "source_checkpoint": str(source), "engine": engine,
@@ -271,8 +272,8 @@ def run_train(cfg: PipelineConfig, sup: Supervisor) -> PhaseSummary:
         "global_step": resume.get("global_step", 0), "resume": resume,
         "target_model": str(cfg.target.model), "extract_manifest": str(manifest_path(cfg)),
         "gate": report.to_dict(), "train_log": str(paths.log), "seconds": round(time.time() - t0, 1),
-        "val_full_acc": None if dry else validation_full_acc(paths.log),
-        "val_full_acc_by_epoch": [] if dry else validation_by_epoch(paths.log),
+        "val_full_acc": by_epoch[-1] if by_epoch else None,
+        "val_full_acc_by_epoch": by_epoch,
         "created_at": time.time(), "hidden_states_mode": ext.mode, "online": online,
         "trainer": {"versions": versions, "kernel_flags": kernel}, "data": data_provenance(cfg, ext),
     }
