@@ -136,7 +136,7 @@ setup() {
   {
     date -u; uname -r; nproc; python3 -V
     nvidia-smi --query-gpu=index,name,driver_version,memory.total,memory.used --format=csv,noheader
-    PYTHONPATH="$SITE/engine" python3 "$REPO/eagle3/engine_side/engine_versions.py"
+    PYTHONPATH="$SITE/engine" python3 "$REPO/eagle3/engine_side/engine_versions.py" --dist vllm
     sha256sum "$whl"
     # The run's Prefect server took 37-52 s to start here against ~5 s on the CPU box: its imports alone, timed.
     t=$(date +%s.%N); PYTHONPATH="$PACK_PATH" python3 -c 'import prefect.server.api.server' &&

@@ -58,7 +58,7 @@ setup() {
   {
     date -u; nproc; python3 -V
     nvidia-smi --query-gpu=index,name,driver_version,memory.total,memory.used --format=csv,noheader
-    PYTHONPATH="$SGSITE" python3 "$REPO/eagle3/engine_side/engine_versions.py"
+    PYTHONPATH="$SGSITE" python3 "$REPO/eagle3/engine_side/engine_versions.py" --dist sglang
   } > "$RESULTS/machine.txt" 2>&1
 }
 

@@ -1,7 +1,7 @@
 """Preflight doctor: what can be known before paying for a long model load, said in seconds.
 
 Every check yields one line: PASS / WARN / FAIL, why, and what to do. The checks that need an
-engine run its own interpreter (`engine_side/inspect_target.py`) and never load weights; their
+engine run its own interpreter (its Engine's inspect_script, `engine_side/inspect_<engine>.py`) and never load weights; their
 answers are cached per (engine interpreter, target config) in the run dir.
 
   check.py          one check's verdict (Check), and DoctorFailed

@@ -36,9 +36,10 @@ def check_engine_env(cfg, sup, engine: str) -> Check:
 
 
 def uninspected_engine(engine: str) -> Check:
-    return Check(f"engine-env:{engine}", WARN, f"the doctor has no in-engine probe for {engine} (engine_side/"
-                 "inspect_target.py): its versions and its support for the target are first seen when its server "
-                 "starts", f"add {engine} to engine_side/inspect_target.py to have them checked here")
+    return Check(f"engine-env:{engine}", WARN, f"the doctor has no in-engine probe for {engine} (its Engine has no "
+                 "inspect_script): its versions and its support for the target are first seen when its server "
+                 "starts", f"give the {engine} engine an inspect_script (eagle3/engine_side/inspect_target.py says "
+                 "what it answers) to have them checked here")
 
 
 def check_target_support(cfg, sup, engine: str) -> list[Check]:
@@ -135,7 +136,7 @@ def engine_check_groups(cfg: PipelineConfig, sup: Supervisor) -> list[list[tuple
     for engine in sorted({engine for _, _, engine in phase_table.servers(cfg)}):  # each serving phase's engine
         if getattr(cfg.engines, engine) is None:
             continue
-        if engine_registry.get(engine).inspected:
+        if engine_registry.get(engine).inspect_script:
             groups.append([(check_engine_env, (cfg, sup, engine)), (check_target_support, (cfg, sup, engine))])
         else:
             groups.append([(uninspected_engine, (engine,))])

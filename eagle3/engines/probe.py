@@ -1,6 +1,6 @@
 """What an engine environment itself says about itself, asked once per run dir.
 
-The probe runs `engine_side/inspect_target.py` in the engine's own interpreter: its package
+The probe runs the engine's inspect_script (`engine_side/inspect_<engine>.py`) in the engine's own interpreter: its package
 versions, whether it can capture EAGLE-3 hidden states from the target (without loading weights),
 and which of the server flags the pack may pass its own `vllm serve` argument parser accepts.
 Flags that exist in one vLLM release and not another are chosen from that answer, never from a
@@ -100,7 +100,7 @@ def inspect_engine(cfg: PipelineConfig, sup: Supervisor, engine: str, cached_onl
     """The engine's versions, its support for the target, and which of its optional_serve_flags it takes
     (`cached_only`: None where no probe has answered yet)."""
     adapter = engine_registry.get(engine)
-    args = ("inspect_target.py", str(cfg.target.model), "--engine", engine,
+    args = (adapter.inspect_script, str(cfg.target.model), *(f"--dist={dist}" for dist in adapter.distributions),
             *(f"--serve-flag={flag}" for flag in adapter.optional_serve_flags))
     cached = engine_probe(cfg, sup, engine, *args, cached_only=True)
     if cached is not None or cached_only:

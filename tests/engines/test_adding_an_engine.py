@@ -4,6 +4,7 @@ pack's supervisor, handoff-visible registry and config checks, and nothing else 
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import subprocess
@@ -66,7 +67,7 @@ def test_an_engine_from_one_file_runs_datagen_and_bench(tmp_path):
 
 
 def test_the_doctor_warns_that_an_engine_it_cannot_probe_is_first_seen_at_its_start(tmp_path):
-    """engine_side/inspect_target.py does not know the toy engine (inspected = False): the preflight
+    """The toy engine has no inspect_script: the preflight
     says so (WARN) instead of probing it, and still runs the engine-independent checks after it."""
     from eagle3.doctor import WARN, engine_checks, uninspected_engine
 
@@ -76,7 +77,7 @@ def test_the_doctor_warns_that_an_engine_it_cannot_probe_is_first_seen_at_its_st
         [(fn, args)] = [(fn, args) for fn, args in checks if args[-1:] == ("toy",)]
         assert fn is uninspected_engine
         c = fn(*args)
-    assert (c.name, c.status) == ("engine-env:toy", WARN) and "inspect_target.py" in c.reason
+    assert (c.name, c.status) == ("engine-env:toy", WARN) and "inspect_script" in c.reason
     assert [fn.__name__ for fn, _ in checks][-2:] == ["check_load_generator", "check_trainer"]
 
 
@@ -114,11 +115,11 @@ def test_an_engine_that_is_not_registered_is_named_with_the_known_ones(tmp_path)
 
 
 # Where the name of a built-in engine may stand as a string in the core: its own module and the registry;
+# its own scripts in engine_side/ (run in its interpreter, which cannot import the pack); and
 # drafters/formats.py, which defines once the stored names of the drafter layouts and aux-id conventions
-# (named for the loaders that define them, and kept in records); and engine_side/, scripts that run in the
-# engine's own interpreter, which cannot import the pack (issue 56 still lists them).
-NAMES_ALLOWED = {"engines/{name}.py", "engine_registry.py", "drafters/formats.py"}
-OFF_PACK = "engine_side/"
+# (named for the loaders that define them, and kept in records).
+NAMES_ALLOWED = ("engines/{name}.py", "engine_registry.py", "engine_side/inspect_{name}.py", "engine_side/{name}_*.py",
+                 "drafters/formats.py")
 
 
 def _string_constants(path: Path) -> list[tuple[int, str]]:
@@ -136,10 +137,10 @@ def test_an_engines_name_stands_only_in_its_own_module_and_the_registry():
     core = REPO / "eagle3"
     leaks = []
     for name in engine_registry.BUILTIN:
-        allowed = {a.format(name=name) for a in NAMES_ALLOWED}
+        allowed = [a.format(name=name) for a in NAMES_ALLOWED]
         for path in sorted(core.rglob("*.py")):
             rel = path.relative_to(core).as_posix()
-            if rel in allowed or rel.startswith(OFF_PACK):
+            if any(fnmatch.fnmatchcase(rel, pattern) for pattern in allowed):
                 continue
             leaks += [f"eagle3/{rel}:{line} {value!r}" for line, value in _string_constants(path) if value == name]
     assert leaks == [], "engine facts outside the engine's module (give the Engine an attribute):\n" + "\n".join(leaks)

@@ -51,7 +51,6 @@ def _adapter():
         load_client_module = "json"
         dataset_suffix = ".jsonl"
         drafter_layout = "vllm"  # its loader reads the speculators/vLLM layout
-        inspected = False        # engine_side/inspect_target.py does not know it: the doctor says so
         shm_patterns = ("toy_seg_*",)  # what it would leave in /dev/shm: the handoff purges it
         shm_creator_pid = (r"^toy_seg_(\d+)_",)
         managed_flags = {("--model",): "target.model", ("--draft-model", "--num-draft-tokens"): "bench's drafter"}
