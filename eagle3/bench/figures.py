@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import math
 import random
-from pathlib import Path
 
 from .. import engine_registry
 from .repeats import mean_interval

@@ -3,10 +3,14 @@ on a CPU-only machine; these follow its documented flags and are exercised on GP
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+from ..errors import CommandFailed
+from ..fsio import atomic_write_text
 from ..process.readiness import HttpProbe, LogProbe, Probe
-from . import benchclient, loadgen, metrics
+from . import loadgen, metrics
+from .benchclient import LoadResult, LoadSpec
 from .engine import SPECULATIVE, Engine
 
 READY_LINE = r"The server is fired up and ready to roll!"
@@ -88,16 +92,16 @@ class Sglang(Engine):
     dataset_suffix = ".json"
 
     def write_dataset(self, path, texts):
-        return benchclient.write_sglang_dataset(path, texts)
+        return write_prompts(path, texts)
 
     def open_load_client(self, sup, env_cfg, env, name, log_dir, phase, hang_timeout_s):
         return loadgen.OneShotClient(sup, self, env_cfg, env, name, log_dir, phase, hang_timeout_s)
 
     def load_argv(self, env_cfg, spec):
-        return benchclient.sglang_argv(env_cfg, spec)
+        return load_argv(env_cfg, spec)
 
     def parse_load(self, result_file):
-        return benchclient.parse_sglang(result_file)
+        return parse_result(result_file)
 
     drafter_layout = "sglang"
     # SGLang's LlamaForCausalLMEagle3 has no input_norm and no final norm before the head.
@@ -111,6 +115,48 @@ class Sglang(Engine):
         ("--speculative-algorithm", "--speculative-draft-model-path", "--speculative-draft-model",
          "--speculative-num-steps", "--speculative-eagle-topk", "--speculative-num-draft-tokens"): SPECULATIVE,
     }
+
+
+# ---- its load generator, `python -m sglang.bench_serving` ------------------------------------
+
+def write_prompts(path: Path, prompts: list[str]) -> Path:
+    """ShareGPT layout; the second turn is a placeholder, --sharegpt-output-len sets the length."""
+    rows = [{"id": str(i), "conversations": [{"from": "human", "value": p}, {"from": "gpt", "value": "-"}]}
+            for i, p in enumerate(prompts)]
+    atomic_write_text(path, json.dumps(rows, ensure_ascii=False))
+    return path
+
+
+
+def load_argv(env, s: LoadSpec) -> list[str]:
+    argv = [*env.python_argv(), "-m", "sglang.bench_serving",
+            "--backend", "sglang-oai-chat", "--base-url", s.base_url,
+            "--model", s.served_name, "--tokenizer", str(s.tokenizer),
+            "--dataset-name", "sharegpt", "--dataset-path", str(s.dataset),
+            "--sharegpt-output-len", str(s.max_tokens), "--num-prompts", str(s.num_prompts),
+            "--max-concurrency", str(s.concurrency), "--request-rate", "inf",
+            # With usage in the stream, its token counts are the server's own (else it counts max_tokens
+            # per request), so the window's counts can be matched against the server's counters.
+            "--extra-request-body", json.dumps({"temperature": s.temperature, "stream_options": {"include_usage": True}}),
+            "--warmup-requests", "0", "--seed", str(s.seed), "--output-file", str(s.result_file)]
+    # bench_serving ignores EOS unless told otherwise; vLLM's client is the other way round.
+    return argv + ([] if s.ignore_eos else ["--disable-ignore-eos"])
+
+
+def parse_result(path: Path) -> LoadResult:
+    lines = [ln for ln in Path(path).read_text().splitlines() if ln.strip()]
+    if not lines:
+        raise CommandFailed(f"{path}: SGLang's bench_serving wrote no result line")
+    r = json.loads(lines[-1])  # the file is appended to; the last line is this run
+    spec = {"accept_length": r["accept_length"]} if r.get("accept_length") is not None else None
+    return LoadResult(
+        completed=int(r["completed"]), failed=int(r.get("num_failed", r.get("failed", 0)) or 0),
+        duration_s=float(r["duration"]), total_input_tokens=int(r["total_input_tokens"]),
+        total_output_tokens=int(r["total_output_tokens"]), request_throughput=float(r["request_throughput"]),
+        output_throughput=float(r["output_throughput"]), mean_ttft_ms=r.get("mean_ttft_ms"),
+        median_ttft_ms=r.get("median_ttft_ms"), p99_ttft_ms=r.get("p99_ttft_ms"), mean_tpot_ms=r.get("mean_tpot_ms"),
+        median_tpot_ms=r.get("median_tpot_ms"), p99_tpot_ms=r.get("p99_tpot_ms"), mean_itl_ms=r.get("mean_itl_ms"),
+        mean_e2el_ms=r.get("mean_e2e_latency_ms"), client_spec=spec, raw_file=str(path))
 
 
 ENGINE = Sglang()

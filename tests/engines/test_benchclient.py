@@ -7,7 +7,7 @@ import json
 import pytest
 
 from eagle3.bench.figures import speed_figures
-from eagle3.engines.benchclient import parse_vllm
+from eagle3.engines.vllm import parse_result as parse_vllm
 
 # A --save-detailed result of two streamed requests: 0.32 writes "latencies", 0.25 does not (its
 # vllm/benchmarks/serve.py saves output_lens, ttfts, itls, start_times, errors only).

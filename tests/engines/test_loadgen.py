@@ -15,19 +15,20 @@ from eagle3.process import procfs
 from eagle3.config import EngineEnv
 from eagle3.engines import benchclient
 from eagle3 import engine_registry
-from eagle3.engines.loadgen import VllmDriverClient
+from eagle3.engines.loadgen import DriverClient
 from eagle3.errors import CommandFailed, ServiceStartTimeout
 from eagle3.process.services import Supervisor, state_dir_for
 
 FAKE = Path(__file__).parent / "fake_vllm_bench"
+VLLM = engine_registry.get("vllm")
 
 
-def _client(tmp_path, **env) -> tuple[VllmDriverClient, Supervisor]:
+def _client(tmp_path, **env) -> tuple[DriverClient, Supervisor]:
     sup = Supervisor(state_dir_for(tmp_path / "run"))
     engine = EngineEnv(python=Path(sys.executable), env={"PYTHONPATH": str(FAKE)})
     env = {"PYTHONPATH": str(FAKE), "FAKE_BENCH_CALLS": str(tmp_path / "calls"), **env}
-    client = engine_registry.get("vllm").open_load_client(sup, engine, env, "bench-client-k3", tmp_path / "bench" / "logs", "bench", 60.0)
-    assert isinstance(client, VllmDriverClient)
+    client = VLLM.open_load_client(sup, engine, env, "bench-client-k3", tmp_path / "bench" / "logs", "bench", 60.0)
+    assert isinstance(client, DriverClient)
     return client, sup
 
 
@@ -42,7 +43,7 @@ def test_all_windows_of_a_server_run_in_one_process_in_order(tmp_path):
     try:
         for c in (1, 4):
             client.run(_spec(tmp_path, c), timeout_s=60)
-            load = benchclient.parse_vllm(tmp_path / "bench" / "clients" / f"k3-c{c}.json")
+            load = VLLM.parse_load(tmp_path / "bench" / "clients" / f"k3-c{c}.json")
             assert load.completed == 8 and load.total_output_tokens == 8 * 16
         calls = [line.split() for line in (tmp_path / "calls").read_text().splitlines()]
         assert [c for _, c in calls] == ["1", "4"] and len({pid for pid, _ in calls}) == 1
@@ -58,11 +59,11 @@ def test_a_failed_window_is_reported_and_the_next_one_still_runs(tmp_path):
     client, _ = _client(tmp_path, FAKE_BENCH_FAIL_ON_CALL="1")
     (tmp_path / "bench" / "clients").mkdir(parents=True)
     try:
-        with pytest.raises(CommandFailed, match="vllm bench serve failed with exit code 1 .window 1.") as err:
+        with pytest.raises(CommandFailed, match="bench-client-k3: vllm bench serve failed with exit code 1 .window 1.") as err:
             client.run(_spec(tmp_path, 1), timeout_s=60)
         assert "fake client failure on call 1" in str(err.value) and not err.value.retryable
         client.run(_spec(tmp_path, 4), timeout_s=60)
-        assert benchclient.parse_vllm(tmp_path / "bench" / "clients" / "k3-c4.json").completed == 8
+        assert VLLM.parse_load(tmp_path / "bench" / "clients" / "k3-c4.json").completed == 8
     finally:
         client.stop()
 
@@ -76,7 +77,7 @@ def test_a_window_over_its_budget_stops_the_driver(tmp_path):
 
 def test_a_driver_that_cannot_start_fails_the_window_with_its_log(tmp_path):
     sup = Supervisor(state_dir_for(tmp_path / "run"))
-    client = engine_registry.get("vllm").open_load_client(sup, EngineEnv(python=Path(sys.executable)), {}, "bench-client-baseline",
+    client = VLLM.open_load_client(sup, EngineEnv(python=Path(sys.executable)), {}, "bench-client-baseline",
                          tmp_path / "logs", "bench", 60.0)  # no vllm importable
     with pytest.raises(CommandFailed, match="bench-client-baseline exited with code 1") as err:
         client.run(_spec(tmp_path, 1), timeout_s=60)

@@ -333,14 +333,14 @@ def test_gate_failure_and_untrained_report_reuse_the_measurements(constant_run, 
 @pytest.fixture(scope="module")
 def untrained_k3(comparison_target, random_drafter, tmp_path_factory):
     """One server: a tiny target with an untrained (random) drafter, k=3."""
-    from eagle3.engines import benchclient as bc
+    from eagle3.engines.vllm import write_prompts as write_vllm_dataset
     from eagle3.bench.measure import measure_server
     from eagle3.pipeline import supervisor
 
     cfg = _bench_config(tmp_path_factory.mktemp("bench-untrained"), comparison_target, random_drafter, trained=False,
                         ks=[3], concurrency=[1])
     prompts = held_out_prompts(cfg)
-    dataset = bc.write_vllm_dataset(cfg.phase_dir("bench") / "prompts.jsonl", prompts["texts"])
+    dataset = write_vllm_dataset(cfg.phase_dir("bench") / "prompts.jsonl", prompts["texts"])
     return measure_server(cfg, supervisor(cfg), "k=3", 3, str(random_drafter), dataset, prompts["count"],
                           prompts["warmup_texts"])
 
@@ -362,14 +362,14 @@ def test_trained_fixture_beats_the_untrained_drafter(comparison_target, untraine
     if not (TRAINED_FIXTURE / "config.json").is_file():
         pytest.skip(f"no trained tiny drafter at {TRAINED_FIXTURE} (it is produced on a GPU by the training issue; "
                     "set EAGLE3_TRAINED_DRAFTER_FIXTURE to use another path)")
-    from eagle3.engines import benchclient as bc
+    from eagle3.engines.vllm import write_prompts as write_vllm_dataset
     from eagle3.bench.measure import measure_server
     from eagle3.pipeline import supervisor
 
     assert comparison_target == FIXTURE_TARGET, "the fixture drafter was trained for the fixture target"
     cfg = _bench_config(tmp_path, comparison_target, TRAINED_FIXTURE, trained=True, ks=[3], concurrency=[1])
     prompts = held_out_prompts(cfg)
-    dataset = bc.write_vllm_dataset(cfg.phase_dir("bench") / "prompts.jsonl", prompts["texts"])
+    dataset = write_vllm_dataset(cfg.phase_dir("bench") / "prompts.jsonl", prompts["texts"])
     run = measure_server(cfg, supervisor(cfg), "k=3", 3, str(TRAINED_FIXTURE), dataset, prompts["count"],
                          prompts["warmup_texts"])
     trained, untrained = run["windows"][0]["acceptance"], untrained_k3["windows"][0]["acceptance"]
