@@ -3,7 +3,7 @@ directly (no Prefect), with the no-op phases of tests/flows/noop_phases.py.
 
 Both sides do the same work on a fresh run dir each repetition: the five GPU handoffs (before the
 first phase, between each two, after the last) and the four phase bodies through
-eagle3.pipeline.run_phase (DONE markers, fingerprints). The flow adds what Prefect costs: flow and
+eagle3.phase_runner.run_phase (DONE markers, fingerprints). The flow adds what Prefect costs: flow and
 task runs on the server, result persistence and cache records, artifacts, logs. The preflight
 doctor is off on both sides (it probes real engines).
 
@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO))
 import noop_phases  # noqa: E402
 from tests.ports import free_port  # noqa: E402
 
-os.environ.update(noop_phases.overrides_env())  # before eagle3.pipeline is imported
+os.environ.update(noop_phases.overrides_env())  # before eagle3.phase_runner is imported
 BUDGET_S = 5.0
 
 
@@ -81,7 +81,7 @@ def direct(config_path: Path, with_handoffs: bool = True) -> float:
     from eagle3.config import load_config
     from eagle3.phase_table import names
     from eagle3.handoff.core import handoff_for_config
-    from eagle3.pipeline import run_phase
+    from eagle3.phase_runner import run_phase
 
     t0 = time.perf_counter()
     cfg = load_config(config_path)

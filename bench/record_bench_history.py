@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from eagle3.phases.bench import BenchPaths, run_bench  # noqa: E402
-from eagle3.pipeline import supervisor  # noqa: E402
+from eagle3.phase_runner import supervisor  # noqa: E402
 from tests.conftest import write_tiny_config  # noqa: E402
 from tests.ports import free_port  # noqa: E402
 

@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO))
 from eagle3.engines.probe import inspect_engine  # noqa: E402
 from eagle3.fsio import atomic_write_json  # noqa: E402
 from eagle3.phases.bench import run_bench  # noqa: E402
-from eagle3.pipeline import supervisor  # noqa: E402
+from eagle3.phase_runner import supervisor  # noqa: E402
 from tests.conftest import write_tiny_config  # noqa: E402
 from tests.ports import free_port  # noqa: E402
 

@@ -13,7 +13,7 @@
       services.json, services.lock, owner-token   the supervised-process registry
       run.lease                                   held by the live run (eagle3.process.lease)
       run.json, progress.json                     what `eagle3 status` reads
-      <phase>.done.json, <phase>.started.json     the phase markers (eagle3.pipeline)
+      <phase>.done.json, <phase>.started.json     the phase markers (eagle3.phase_runner)
       <phase>.lock                                held while the phase runs (eagle3.phases.phase_lock)
       failures.json, failures.lock                failure signatures for the retry policy
       doctor-cache.json                           the doctor's cached engine probes

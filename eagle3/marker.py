@@ -1,4 +1,4 @@
-"""A finished phase's DONE marker (`state/<phase>.done.json`) as a typed record. eagle3.pipeline
+"""A finished phase's DONE marker (`state/<phase>.done.json`) as a typed record. eagle3.phase_runner
 writes it and says when it is valid; everything that reads one reads this type."""
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from eagle3.config import load_config, remote_binds
 from eagle3.config.pinned import pin
 from eagle3.errors import GateError
 from eagle3.process.lease import LeaseBusy, hold
-from eagle3.pipeline import is_done, supervisor, upstream_fingerprint
+from eagle3.phase_runner import is_done, supervisor, upstream_fingerprint
 from eagle3.progress.display import unattended_lines
 from eagle3.run.record import recording
 from tasks.artifact_keys import artifact_key

@@ -35,7 +35,7 @@ from eagle3.fanout import workers
 from eagle3.run import shard_ledger as ledger
 from eagle3.fanout.node import shard_config
 from eagle3.slices import Shard
-from eagle3.pipeline import is_done
+from eagle3.phase_runner import is_done
 
 REPO = Path(__file__).resolve().parent.parent
 SHARD_FLOW = "eagle3-shard"

@@ -1,5 +1,5 @@
 """Prefect tasks for the four phases. Thin: caching, retries, progress and artifacts only;
-the work is in eagle3.pipeline.run_phase."""
+the work is in eagle3.phase_runner.run_phase."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from eagle3.config import load_config
 from eagle3.run import failures
 from eagle3 import progress
 from tasks.artifact_keys import artifact_key
-from eagle3.pipeline import done_key, run_phase
+from eagle3.phase_runner import done_key, run_phase
 from tasks.fanout import fanned_out
 
 
 def phase_cache_key(context, parameters) -> str:
-    """The DONE marker's key (eagle3.pipeline.done_key), from the same pinned config and the same
+    """The DONE marker's key (eagle3.phase_runner.done_key), from the same pinned config and the same
     upstream fingerprint the task hands run_phase: a cached result stands for exactly the output a
     valid marker stands for, and the flow refreshes the cache whenever no valid marker
     exists (deleted output, a redone upstream), so the cache never says "done" when the marker does not."""

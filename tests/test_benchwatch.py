@@ -226,7 +226,7 @@ def test_the_bench_phase_fails_on_a_regression_naming_the_change(recorded, tmp_p
     """The phase re-judges saved server measurements (no server starts): the reference is the first
     recorded run, the saved measurements are the second with acceptance x 0.3 and a new engine version."""
     from eagle3.phases.bench import BenchPaths, _server_key, held_out_prompts, resolve_drafter, run_bench
-    from eagle3.pipeline import supervisor
+    from eagle3.phase_runner import supervisor
     from eagle3.errors import GateError
     from eagle3.fsio import atomic_write_json
     from tests.conftest import write_tiny_config

@@ -2,12 +2,12 @@
 
   - the core (eagle3/) never imports Prefect, flows/ or tasks/; the one exception is the CLI's
     entry into the flow (`eagle3 run`), inside its function;
-  - a phase (eagle3/phases/) never imports the pipeline module that runs it, and a phase's module
+  - a phase (eagle3/phases/) never imports the phase runner that runs it, and a phase's module
     (the `run` of its phase-table row) never imports another phase's module, directly or through
     a helper: what one phase reads of another's output is in layout.py or a record module;
   - tasks/ never imports flows/ (a flow composes tasks, not the other way round);
   - the process layer (eagle3/process/) never imports the handoff (eagle3/handoff/), which builds
-    on it (the watchdog's NVML memory sample is injected by eagle3.pipeline.supervisor);
+    on it (the watchdog's NVML memory sample is injected by eagle3.phase_runner.supervisor);
   - no import cycles at all among eagle3/, flows/, tasks/ and deployments/, lazy and type-only
     imports included: every module can be read, and imported, from the bottom up;
   - the folders and modules of eagle3/ sit on the floors docs/DESIGN.md draws: every one is drawn, no import
@@ -63,10 +63,10 @@ def test_the_core_never_imports_the_orchestrator():
     assert not bad, "the core must stay Prefect-free:\n" + "\n".join(bad)
 
 
-def test_phases_never_import_the_pipeline_module():
+def test_phases_never_import_the_phase_runner():
     bad = [f"{p.relative_to(REPO)}:{line} imports {m}" for p in files("eagle3/phases")
-           for m, line, _ in imports(p) if under(m, "eagle3.pipeline")]
-    assert not bad, "a phase is run by eagle3.pipeline; it must not import it back:\n" + "\n".join(bad)
+           for m, line, _ in imports(p) if under(m, "eagle3.phase_runner")]
+    assert not bad, "a phase is run by eagle3.phase_runner; it must not import it back:\n" + "\n".join(bad)
 
 
 def test_a_phase_never_imports_another_phase():
@@ -169,12 +169,12 @@ def test_the_cycle_finder_finds_lazy_and_type_only_cycles():
 
 
 def test_the_checker_sees_relative_and_lazy_imports(tmp_path):
-    """The contract is only as good as the parser: a lazy relative import of the pipeline from a
+    """The contract is only as good as the parser: a lazy relative import of the phase runner from a
     phase, and a lazy Prefect import in the core, are both found."""
     src = tmp_path / "probe.py"
-    src.write_text("def f():\n    from ..pipeline import supervisor\n    import prefect.flows\n")
+    src.write_text("def f():\n    from ..phase_runner import supervisor\n    import prefect.flows\n")
     found = imports(src, Path("eagle3/phases/probe.py"))
-    assert ("eagle3.pipeline", 2, False) in found and ("prefect.flows", 3, False) in found
+    assert ("eagle3.phase_runner", 2, False) in found and ("prefect.flows", 3, False) in found
 
 
 # ---- the floors of eagle3/, as docs/DESIGN.md draws them --------------------------------------------

@@ -10,7 +10,7 @@ import pytest
 from eagle3 import phase_table
 from eagle3.phase_table import PIPELINE, with_runs
 from eagle3.phases import PhaseSummary, RunDirBusy, phase_lock
-from eagle3.pipeline import done_marker, run_phase, supervisor
+from eagle3.phase_runner import done_marker, run_phase, supervisor
 
 SEEN: dict[str, object] = {}
 

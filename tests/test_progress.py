@@ -229,7 +229,7 @@ def test_wait_ready_calls_its_heartbeat_while_waiting(tmp_path):
 
 def test_server_startup_is_a_wait_then_a_ready_note(tmp_path):
     from eagle3.engines.serving import start_server
-    from eagle3.pipeline import supervisor
+    from eagle3.phase_runner import supervisor
     from tests.reliability.standins import standin_config
 
     seen = Collect()

@@ -20,7 +20,7 @@ from eagle3.process import lease
 from eagle3 import progress
 from eagle3.phase_table import PIPELINE
 from eagle3.errors import GateError
-from eagle3.pipeline import supervisor
+from eagle3.phase_runner import supervisor
 from eagle3.progress import END, PROGRESS, START, Event
 from eagle3.run.record import recording, run_file
 from eagle3.process.services import LaunchSpec, Supervisor, state_dir_for

@@ -39,7 +39,7 @@ def run(config: Path = ConfigArg,
     cfg = load_cfg(config)
     prefect_defaults()
     from ..doctor import warm_engine_probes
-    from ..pipeline import supervisor
+    from ..phase_runner import supervisor
     from ..progress.display import progress_display
 
     # SIGTERM (a scheduler, `kill`) must unwind like Ctrl-C so the finally below ends our services.
@@ -98,7 +98,7 @@ def join_engine_probes(warming) -> None:
 
 
 def print_outcome(cfg) -> None:
-    from ..pipeline import done_marker
+    from ..phase_runner import done_marker
 
     for phase in phase_table.names():
         marker = done_marker(cfg, phase)

@@ -1,4 +1,4 @@
-"""`eagle3 <phase>`: one command per row of the phase table, each through eagle3.pipeline.run_phase."""
+"""`eagle3 <phase>`: one command per row of the phase table, each through eagle3.phase_runner.run_phase."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def _phase_command(cfg, config: Path, sup, row: phase_table.Phase, wait_s: float
     phase's ports; none when the phase uses someone else's server), SIGTERM unwinding like Ctrl-C,
     errors mapped to exit codes (2 bad input, 1 failure, 3 busy, 130 interrupted) with what a rerun
     keeps, and the services the phase started ended. Recorded for `eagle3 status` (run.json,
-    progress.json) like a pipeline run. The phase itself runs through eagle3.pipeline.run_phase
+    progress.json) like a pipeline run. The phase itself runs through eagle3.phase_runner.run_phase
     (its lock, upstream check and markers), as in a pipeline run."""
     from ..errors import GateError
     from ..progress.display import progress_display
@@ -58,7 +58,7 @@ def _run_one_phase(row: phase_table.Phase, config: Path, force: bool, wait: floa
     import logging
 
     cfg = load_cfg(config)
-    from ..pipeline import run_phase, supervisor
+    from ..phase_runner import run_phase, supervisor
 
     given = {k: v for k, v in options.items() if v is not None}
     foreign = any(o.foreign_server for o in row.options if o.keyword in given)

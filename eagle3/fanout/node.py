@@ -16,7 +16,7 @@ from pathlib import Path
 from .. import phase_table
 from ..errors import ConfigError
 from ..fsio import atomic_write_json, link_or_copy
-from ..pipeline import upstream_of
+from ..phase_runner import upstream_of
 from ..ticker import Ticker
 from ..slices import Shard
 

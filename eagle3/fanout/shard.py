@@ -10,7 +10,7 @@ from typing import Callable
 from .. import phase_table, progress
 from ..config import PipelineConfig
 from ..marker import DoneMarker
-from ..pipeline import run_phase
+from ..phase_runner import run_phase
 from ..process.lease import hold
 from ..run.record import recording
 from .node import Heartbeat, identity, port_offset, shard_config, stage_inputs

@@ -2,7 +2,7 @@
 
 The phase contract (eagle3.phase_table.Phase.run): `function(cfg, sup, **options) -> PhaseSummary`;
 its progress goes to the event bus (eagle3.progress.PhaseProgress), whoever listens.
-eagle3.pipeline.run_phase does the rest once around it: the phase lock, progress start/end, the
+eagle3.phase_runner.run_phase does the rest once around it: the phase lock, progress start/end, the
 upstream check, the DONE marker and its fingerprint.
 """
 
@@ -39,7 +39,7 @@ def exclusive_phase_dir(lock: Path, who: str) -> Iterator[None]:
 
 @contextlib.contextmanager
 def phase_lock(cfg, phase: str) -> Iterator[None]:
-    """The one lock a phase runs under (state/<phase>.lock), taken by eagle3.pipeline.run_phase
+    """The one lock a phase runs under (state/<phase>.lock), taken by eagle3.phase_runner.run_phase
     (every way of running a phase goes through it), never by the phase body: a second process on
     the same phase gets RunDirBusy at once (the lock is not re-entrant across file descriptors, so
     the same process must not take it twice)."""

@@ -338,7 +338,7 @@ def _preflight(cfg: PipelineConfig, paths: ExtractPaths, plan: LayerPlan, sample
     dtype = extraction_dtype(cfg)
     per_token = bytes_per_token(len(plan.layer_ids), plan.hidden_size, DTYPE_BYTES[dtype])
     settings = content_settings(cfg, plan, dtype, samples)
-    _check_settings(paths, settings)  # a forced redo (eagle3.pipeline.run_phase) has removed them already
+    _check_settings(paths, settings)  # a forced redo (eagle3.phase_runner.run_phase) has removed them already
     estimate = estimate_from_samples(samples, cfg.extract.seq_length, per_token)
     present = sum(p.stat().st_size for p in paths.hidden_states.glob("hs_*.safetensors")) \
         if paths.hidden_states.is_dir() else 0

@@ -15,7 +15,7 @@ import pytest
 from eagle3.bench import alternate
 from eagle3 import engine_registry
 from eagle3.openai_client import OpenAIClient, TimedChat
-from eagle3.pipeline import run_phase, supervisor
+from eagle3.phase_runner import run_phase, supervisor
 from tests.conftest import write_tiny_config
 
 REPO = Path(__file__).resolve().parents[2]

@@ -16,7 +16,7 @@ from eagle3.doctor import FAIL, PASS, check_drafter
 from eagle3.drafters.export import export_drafter
 from eagle3.errors import GateError
 from eagle3.phases.bench import run_bench
-from eagle3.pipeline import supervisor
+from eagle3.phase_runner import supervisor
 
 from tests.conftest import REPO
 from tests.ports import free_port

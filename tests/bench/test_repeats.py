@@ -198,7 +198,7 @@ def test_the_bench_phase_runs_rounds_in_a_b_a_b_order_and_reports_the_a_a_check(
     from eagle3.bench.paths import slug
     from eagle3.fsio import atomic_write_json
     from eagle3.phases.bench import BenchPaths, _label, _server_key, held_out_prompts, resolve_drafter, run_bench
-    from eagle3.pipeline import supervisor
+    from eagle3.phase_runner import supervisor
     from tests.conftest import write_tiny_config
 
     fixture = Path(__file__).resolve().parents[1] / "fixtures" / "eagle3-tiny"
@@ -280,7 +280,7 @@ def test_the_baseline_twin_is_an_a_a_check_in_every_interleaved_run(tmp_path):
     from eagle3.bench.repeats import twin_agrees
     from eagle3.fsio import atomic_write_json
     from eagle3.phases.bench import BenchPaths, _label, _server_key, held_out_prompts, resolve_drafter, run_bench
-    from eagle3.pipeline import supervisor
+    from eagle3.phase_runner import supervisor
     from tests.conftest import write_tiny_config
 
     fixture = Path(__file__).resolve().parents[1] / "fixtures" / "eagle3-tiny"

@@ -16,7 +16,7 @@ import pytest
 from eagle3.config import load_config
 from eagle3 import engine_registry
 from eagle3.errors import ConfigError
-from eagle3.pipeline import run_phase, supervisor
+from eagle3.phase_runner import run_phase, supervisor
 from tests.conftest import write_tiny_config
 
 REPO = Path(__file__).resolve().parents[2]

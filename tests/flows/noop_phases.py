@@ -61,7 +61,7 @@ def merge(cfg, shard_cfgs) -> PhaseSummary:
 
 
 def overrides_env() -> dict[str, str]:
-    """Environment that makes eagle3.pipeline use these phases (this dir must be importable)."""
+    """Environment that makes eagle3.phase_runner use these phases (this dir must be importable)."""
     here = str(Path(__file__).resolve().parent)
     path = os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     return {TABLE_ENV: "noop_phases:TABLE", "PYTHONPATH": path}

@@ -42,7 +42,7 @@ def _better_reference(cfg) -> tuple[str, dict]:
 
 
 def test_the_benchmark_flow_fails_on_a_drafter_regression_naming_the_engine_change(prefect_server, tmp_path):
-    from eagle3 import phase_table, pipeline
+    from eagle3 import phase_runner, phase_table
     from flows.benchmark import eagle3_benchmark
 
     cfg = write_tiny_config(tmp_path, {"target": {"model": str(FIXTURES / "eagle3-tiny" / "target")}, "bench": {
@@ -57,7 +57,7 @@ def test_the_benchmark_flow_fails_on_a_drafter_regression_naming_the_engine_chan
     # (tests/flows/noop_phases.py), which leave the done markers the bench phase requires.
     with phase_table.using(phase_table.with_runs({p: f"noop_phases:{p}" for p in ("datagen", "extract", "train")})):
         for phase in ("datagen", "extract", "train"):
-            pipeline.run_phase(cfg, phase)
+            phase_runner.run_phase(cfg, phase)
 
     state = eagle3_benchmark(config_path=str(tmp_path / "config.yaml"), doctor=False, return_state=True)
     assert state.is_failed(), state

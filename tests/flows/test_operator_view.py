@@ -53,9 +53,9 @@ def test_pack_log_records_reach_the_run_logs_at_info(bench_runs):
     logs = wait_until(lambda: [r for r in run_logs(run.id) if r.name.startswith("eagle3.")] or None, 60,
                       "the pack's log records to reach the server")
     messages = [(r.name, r.level, r.message) for r in logs]
-    for phase in PHASES:  # eagle3.pipeline logs each phase's start and end, at INFO, inside its task run
-        assert ("eagle3.pipeline", 20, f"phase {phase}: starting (fresh)") in messages, messages
-        assert any(n == "eagle3.pipeline" and m.startswith(f"phase {phase}: done in ") for n, _, m in messages)
+    for phase in PHASES:  # eagle3.phase_runner logs each phase's start and end, at INFO, inside its task run
+        assert ("eagle3.phase_runner", 20, f"phase {phase}: starting (fresh)") in messages, messages
+        assert any(n == "eagle3.phase_runner" and m.startswith(f"phase {phase}: done in ") for n, _, m in messages)
     assert all(r.task_run_id for r in logs), "records are attached to their task run"
     handoffs = [r.message for r in run_logs(run.id) if re.match(r"handoff [\w-]+-to-[\w-]+: GPUs free in ", r.message)]
     assert len(handoffs) == 5 and all("\n" not in m for m in handoffs), "one line per successful handoff"

@@ -17,7 +17,7 @@ from noop_phases import counts
 
 from eagle3 import phase_table
 from eagle3.config import load_config
-from eagle3.pipeline import done_key
+from eagle3.phase_runner import done_key
 
 pytestmark = [pytest.mark.timeout(300)]
 

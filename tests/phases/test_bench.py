@@ -206,7 +206,7 @@ def _bench_config(tmp_path, target: Path, drafter: Path, trained: bool, ks, conc
 @pytest.fixture(scope="module")
 def constant_run(tiny_constant_model, constant_drafter, tmp_path_factory):
     """The whole phase once: baseline + k in {1, 3} at concurrency {1, 4} (3 servers)."""
-    from eagle3.pipeline import supervisor
+    from eagle3.phase_runner import supervisor
 
     cfg = _bench_config(tmp_path_factory.mktemp("bench-constant"), tiny_constant_model, constant_drafter,
                         trained=True, ks=[1, 3], concurrency=[1, 4])
@@ -305,7 +305,7 @@ def test_gate_failure_and_untrained_report_reuse_the_measurements(constant_run, 
     numbers from an untrained drafter are reported. Both re-judge the saved server runs: no server starts."""
     cfg, _, _ = constant_run
     from tests.conftest import write_tiny_config
-    from eagle3.pipeline import supervisor
+    from eagle3.phase_runner import supervisor
 
     raw = json.loads(json.dumps(cfg.model_dump(mode="json")))
     log = cfg.phase_dir("bench") / "logs" / "vllm-server.log"
@@ -335,7 +335,7 @@ def untrained_k3(comparison_target, random_drafter, tmp_path_factory):
     """One server: a tiny target with an untrained (random) drafter, k=3."""
     from eagle3.engines.vllm import write_prompts as write_vllm_dataset
     from eagle3.bench.measure import measure_server
-    from eagle3.pipeline import supervisor
+    from eagle3.phase_runner import supervisor
 
     cfg = _bench_config(tmp_path_factory.mktemp("bench-untrained"), comparison_target, random_drafter, trained=False,
                         ks=[3], concurrency=[1])
@@ -364,7 +364,7 @@ def test_trained_fixture_beats_the_untrained_drafter(comparison_target, untraine
                     "set EAGLE3_TRAINED_DRAFTER_FIXTURE to use another path)")
     from eagle3.engines.vllm import write_prompts as write_vllm_dataset
     from eagle3.bench.measure import measure_server
-    from eagle3.pipeline import supervisor
+    from eagle3.phase_runner import supervisor
 
     assert comparison_target == FIXTURE_TARGET, "the fixture drafter was trained for the fixture target"
     cfg = _bench_config(tmp_path, comparison_target, TRAINED_FIXTURE, trained=True, ks=[3], concurrency=[1])
@@ -391,7 +391,7 @@ def test_the_interleaved_schedule_serves_every_config_at_once_and_pairs_their_wi
     with every server gone. Alternating: the same servers take turns request by request within each slot,
     the pack's streaming client sending them, each server's share checked against its own counters."""
     from eagle3.engines.probe import inspect_engine
-    from eagle3.pipeline import supervisor
+    from eagle3.phase_runner import supervisor
     from eagle3.process import procfs
 
     cfg = _bench_config(tmp_path, tiny_constant_model, constant_drafter, trained=True, ks=[1], concurrency=[1],

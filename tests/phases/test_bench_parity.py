@@ -48,7 +48,7 @@ def _categorised_prompts(path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def parity_runs(tmp_path_factory):
-    from eagle3.pipeline import supervisor
+    from eagle3.phase_runner import supervisor
 
     base = tmp_path_factory.mktemp("bench-parity")
     prompts = _categorised_prompts(base / "question.jsonl")

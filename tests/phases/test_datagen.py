@@ -243,7 +243,7 @@ def test_server_killed_mid_run_fails_retryable_then_rerun_completes(tiny_model, 
     from tests.ports import free_port
 
     from eagle3.process import procfs
-    from eagle3.pipeline import supervisor
+    from eagle3.phase_runner import supervisor
 
     # A smaller set than the 64 of the shared-server test: this one pays for two server starts.
     cfg = make_config({"datagen": {"max_samples": 24, "concurrency": 4, "sampling": {"max_tokens": 32},
@@ -292,7 +292,7 @@ def test_a_data_parallel_server_serves_datagen_from_two_copies_of_the_target(tin
     from tests.conftest import TEST_VLLM_INPROC_WORKER
     from tests.ports import free_port
 
-    from eagle3.pipeline import supervisor
+    from eagle3.phase_runner import supervisor
     from eagle3.process import procfs
     from eagle3.process.registry import OWNER_ENV
 

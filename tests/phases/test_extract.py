@@ -22,7 +22,7 @@ from eagle3.errors import ConfigError
 from eagle3.phases.extract import ExtractPaths, run_extract, stop_leftovers
 from eagle3.phases.extract_disk import DiskSpaceError, check_disk, exact_estimate
 from eagle3.phases.extract_manifest import ManifestError, read_extract_manifest, resolve_layer_plan
-from eagle3.pipeline import supervisor
+from eagle3.phase_runner import supervisor
 from eagle3.process.services import LaunchSpec, Supervisor
 from tests.ports import free_port
 from tests.reliability.standins import mark_done

@@ -22,7 +22,7 @@ from eagle3.process import procfs
 from eagle3.phases.extract import ExtractPaths
 from eagle3.phases.extract_disk import HEADER_BYTES
 from eagle3.phases.extract_manifest import read_extract_manifest, resolve_layer_plan
-from eagle3.pipeline import run_phase, supervisor
+from eagle3.phase_runner import run_phase, supervisor
 from eagle3.process.services import LaunchSpec, Supervisor
 
 from tests.phases.test_extract import EAGLE3, extract_config, write_phase1  # noqa: F401 (fixture)

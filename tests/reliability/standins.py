@@ -121,7 +121,7 @@ def mark_done(cfg, phase: str) -> None:
     """Record `phase` done over the output already in its dir (through run_phase, with a function
     that only reports it), so a phase command's upstream check passes as after a real run."""
     from eagle3 import phase_table
-    from eagle3.pipeline import run_phase
+    from eagle3.phase_runner import run_phase
 
     with phase_table.using(phase_table.with_runs({phase: f"{__name__}:{_report_output.__name__}"})):
         run_phase(cfg, phase)

@@ -271,7 +271,7 @@ def test_a_done_marker_planted_by_the_stranger_is_refused(stranger, shared, make
     os.chmod(state, 0o777)
     as_user(stranger, lambda: cfg.layout.done_marker("datagen").write_text('{"phase": "datagen"}'))
     os.chmod(state, 0o700)
-    from eagle3.pipeline import is_done
+    from eagle3.phase_runner import is_done
 
     with pytest.raises(owned.NotOwned, match="not by you"):
         is_done(cfg, "datagen")

@@ -33,7 +33,7 @@ from eagle3.phases.datagen import run_datagen
 from eagle3.phases.extract import ExtractPaths, run_extract
 from eagle3.phases.extract_disk import DiskSpaceError
 from eagle3.phases.hs_files import scan_dir
-from eagle3.pipeline import done_marker, supervisor
+from eagle3.phase_runner import done_marker, supervisor
 from eagle3.process.services import LaunchSpec, Supervisor, state_dir_for
 from tests.conftest import REPO
 from tests.fakegpu import FakeGpuBackend

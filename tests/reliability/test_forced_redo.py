@@ -2,7 +2,7 @@
 
 Issue 24 found `eagle3 extract --force` wiping the hidden states and then being killed, after which
 `eagle3 status` said "extract done" and `eagle3 run --from train` went ahead with nothing to train
-on. Every phase command now runs through eagle3.pipeline.run_phase, which removes the DONE marker
+on. Every phase command now runs through eagle3.phase_runner.run_phase, which removes the DONE marker
 before any output, and a phase is done only while the outputs its table row names exist.
 
 The phase bodies are the instant stand-ins of tests/flows/noop_phases.py (each row: the real
@@ -21,7 +21,7 @@ import pytest
 
 from eagle3 import phase_table
 from eagle3.config import load_config
-from eagle3.pipeline import is_done, run_phase
+from eagle3.phase_runner import is_done, run_phase
 from eagle3.process import procfs
 from tests.procutil import wait_until
 

@@ -17,7 +17,7 @@ import pytest
 
 from eagle3.engines.probe import engine_accepts
 from eagle3.phases.extract import ExtractPaths, run_extract
-from eagle3.pipeline import supervisor
+from eagle3.phase_runner import supervisor
 from tests.reliability.standins import records, standin_config, write_extract_inputs
 
 pytestmark = pytest.mark.timeout(120)

@@ -299,7 +299,7 @@ def test_api_key_is_enforced_and_never_written_under_run_dir(tiny_model, make_co
     import httpx
 
     from eagle3.phases.datagen import run_datagen
-    from eagle3.pipeline import supervisor
+    from eagle3.phase_runner import supervisor
 
     key = f"sk-eagle3-{uuid.uuid4().hex}"
     key_fields = {"config": {"api_key": key}, "run": {}}[source]

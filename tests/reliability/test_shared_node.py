@@ -18,7 +18,7 @@ import pytest
 from eagle3.process import procfs
 from eagle3.fsio import atomic_write_json
 from eagle3.process.lease import lease_holder
-from eagle3.pipeline import done_marker, run_phase, supervisor
+from eagle3.phase_runner import done_marker, run_phase, supervisor
 from eagle3.process.services import Registry, state_dir_for
 from tests.flows.flowkit import processes_with_home
 from tests.conftest import REPO, requires_engine, write_tiny_config

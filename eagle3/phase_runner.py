@@ -29,7 +29,7 @@ from .marker import DoneMarker
 from .phases import PhaseSummary, phase_lock
 from .process.services import Supervisor
 
-log = logging.getLogger("eagle3.pipeline")
+log = logging.getLogger("eagle3.phase_runner")
 
 
 def supervisor(cfg: PipelineConfig) -> Supervisor:
