@@ -1,4 +1,4 @@
-"""Broken copies of a real drafter, for gates that must catch a bad handover."""
+"""Broken copies of a real drafter, for gates that must catch what breaks between training and serving."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from eagle3.safetensors_header import read_header
 def corrupt_vocab_map(src: Path, dst: Path, fraction: float = 1.0, seed: int = 0) -> Path:
     """A copy of the drafter whose draft -> target vocabulary map (d2t offsets) points `fraction` of
     the draft tokens at a neighbouring target token: what a map from another run or tokenizer does.
-    The weights are untouched, so the drafter still predicts as trained; only the handover is wrong."""
+    The weights are untouched, so the drafter still predicts as trained; only what serving reads of it is wrong."""
     shutil.copytree(src, dst)
     weights = Path(dst) / "model.safetensors"
     info = read_header(weights).tensors["d2t"]

@@ -84,7 +84,7 @@ def evaluate_parity(expected_full_acc: list[float] | None, expectation_source: s
 
 def parity_error_text(gate: dict, results_path: str) -> str:
     causes = "\n".join(f"  - {c}" for c in gate["likely_causes"])
-    return f"serve-parity gate failed: {gate['message']}.\nLikely causes (the handover):\n{causes}\n" \
+    return f"serve-parity gate failed: {gate['message']}.\nLikely causes (between training and serving):\n{causes}\n" \
            f"All numbers: {results_path}"
 
 
@@ -117,5 +117,5 @@ def markdown(parity: dict | None, categories: list[dict]) -> list[str]:
     if parity:
         lines += ["", f"**Serve-parity gate** ({parity['status']}): {parity['message']}"]
         if parity["likely_causes"]:
-            lines += ["", "Likely causes (the handover):", *[f"- {c}" for c in parity["likely_causes"]]]
+            lines += ["", "Likely causes (between training and serving):", *[f"- {c}" for c in parity["likely_causes"]]]
     return lines

@@ -31,7 +31,7 @@ LIKELY_CAUSES = [
 # Why a drafter whose tokens are accepted is still slower than no speculation (docs/FACTS.md §8, F4).
 SLOWER_CAUSES = [
     "low per-position acceptance (F4: ~15 % per draft token): each verify step pays for k draft tokens and "
-    "keeps few; look at the per-position column and at the serve-parity gate, which separates a handover "
+    "keeps few; look at the per-position column and at the serve-parity gate, which separates a training-to-serving "
     "mismatch (vocabulary map, aux layers, export layout, chat template) from a weak drafter",
     "auxiliary hidden-state capture or an attention path (e.g. MLA) that makes the target's verify step slow "
     "with speculation: compare TPOT with and without the drafter at concurrency 1",

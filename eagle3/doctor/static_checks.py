@@ -7,7 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from ..phases import handover
+from ..phases import products
 from ..config import PipelineConfig, default_aux_layer_ids, num_hidden_layers, remote_binds
 from ..config.target_model import target_config
 from ..errors import ConfigError, PipelineError
@@ -194,7 +194,7 @@ def check_drafter(cfg: PipelineConfig) -> Check | None:
 
     if cfg.bench.drafter is not None:
         drafter = {"path": str(cfg.bench.drafter), "source": "bench.drafter"}
-    elif manifest := handover.trained_drafter(cfg, required=False):
+    elif manifest := products.trained_drafter(cfg, required=False):
         drafter = {"path": manifest["checkpoint"], "aux_layer_ids_vllm": manifest.get("aux_layer_ids_vllm"),
                    "source": "train manifest"}
     else:

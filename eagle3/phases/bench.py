@@ -51,7 +51,7 @@ from ..bench.repeats import rounds_agree, twin_agrees
 from ..bench.provenance import drafter_checksum, platform, target_fingerprint
 from ..bench.trend import write_trend
 from .. import managed
-from . import handover
+from . import products
 from ..bench import kv_budget
 from ..config import PipelineConfig, num_hidden_layers
 from ..config.target_model import read_json_file, target_config
@@ -349,7 +349,7 @@ def _parity(cfg: PipelineConfig, drafter: dict, runs: list[dict]) -> dict | None
 def _run_drafter(cfg: PipelineConfig) -> dict | None:
     """This run's own trained (or dry-run) checkpoint, when bench.drafter serves another: the report says
     which one its rows measure."""
-    m = handover.trained_drafter(cfg, required=False) if cfg.bench.drafter is not None else None
+    m = products.trained_drafter(cfg, required=False) if cfg.bench.drafter is not None else None
     return {"checkpoint": m["checkpoint"], "status": m.get("status")} if m else None
 
 

@@ -17,7 +17,7 @@ from ..fsio import read_input_json
 from ..realmodel import sha256_file
 from ..prompts import load_prompts
 from ..prompts.sets import load_prompt_set
-from . import handover
+from . import products
 
 def resolve_drafter(cfg: PipelineConfig) -> dict:
     """Which drafter to serve and whether it is trained: bench.drafter if set, else the train
@@ -29,7 +29,7 @@ def resolve_drafter(cfg: PipelineConfig) -> dict:
         return {"path": str(b.drafter), "source": "bench.drafter (config)",
                 "aux_layer_ids": drafter_aux_ids(b.drafter), "aux_layer_ids_convention": None, "train_manifest": None,
                 **given_drafter(cfg, b.drafter)}
-    m = handover.trained_drafter(cfg)
+    m = products.trained_drafter(cfg)
     path = Path(m["checkpoint"])
     if m.get("engine") not in (None, b.engine):
         raise ConfigError(f"{cfg.layout.train_manifest}: the drafter was gated and exported for {m['engine']!r}, but "
@@ -128,7 +128,7 @@ def _trained_rows(cfg: PipelineConfig, drafter: dict | None) -> list:
         return load_prompts(Path(drafter["training_prompts"]), None).prompts
     d = cfg.datagen
     ps = load_prompts(d.prompts, None, skip_invalid=d.skip_invalid_prompts)
-    used = handover.sample_ids(cfg)
+    used = products.sample_ids(cfg)
     if used is None:
         used = {p.id for p in ps.prompts[: d.max_samples]} if d.max_samples else set(ps.ids)
     return [p for p in ps.prompts if p.id in used]
@@ -150,7 +150,7 @@ def held_out_prompts(cfg: PipelineConfig) -> dict:
     else:
         d = cfg.datagen
         ps = load_prompts(d.prompts, None, skip_invalid=d.skip_invalid_prompts)
-        used = handover.sample_ids(cfg)
+        used = products.sample_ids(cfg)
         if used is None:  # phase 1's output is gone: hold out what it would have taken
             used = {p.id for p in ps.prompts[: d.max_samples]} if d.max_samples else set(ps.ids)
         rows = [p for p in ps.prompts if p.id not in used]

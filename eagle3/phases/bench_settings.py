@@ -47,7 +47,7 @@ class BenchParity(Strict):
                                             "with what training measured.")
     prompts: int = Field(16, ge=1, description="Prompts in the sample, spread evenly over the drafter's validation "
                                                "rows (else over the rows data generation used).")
-    # A broken handover gives ~0; the sound fixture drafter, greedy on CPU, 0.35-0.41 (eagle3/bench/gates.py).
+    # A drafter broken between training and serving gives ~0; the sound fixture drafter, greedy on CPU, 0.35-0.41 (eagle3/bench/gates.py).
     min_fraction: float = Field(0.3, gt=0, le=1, description=(
         "Measured (acceptance length - 1) must reach this share of training's expectation."))
     expected_full_acc: list[Annotated[float, Field(ge=0, le=1)]] | None = Field(None, description=(

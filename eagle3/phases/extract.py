@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from .. import progress
-from . import handover
+from . import products
 from .. import engine_registry
 from ..config import PipelineConfig
 from ..layout import EXTRACT_MANIFEST, PREPARED_INDEX
@@ -198,7 +198,7 @@ def _index(cfg: PipelineConfig, sup: Supervisor, paths: ExtractPaths) -> Prepare
     if not paths.index.exists():
         script = hs_server.ENGINE_SIDE_DIR / "index_prepared.py"
         argv = [*cfg.engines.speculators.python_argv(), str(script), "--data", str(paths.prepared),
-                "--out", str(paths.index), "--samples", str(handover.samples(cfg))]
+                "--out", str(paths.index), "--samples", str(products.samples(cfg))]
         progress.step(PHASE, "indexing the prepared data")
         sup.run(_command(cfg, paths, "index-prepared", argv))
     try:
@@ -255,7 +255,7 @@ def run_extract(cfg: PipelineConfig, sup: Supervisor,
     t0 = time.monotonic()
     paths = ExtractPaths.of(cfg)
     plan = resolve_layer_plan(cfg)  # before the phase dir is even created
-    samples = handover.samples(cfg)
+    samples = products.samples(cfg)
     if not samples.is_file() or samples.stat().st_size == 0:
         raise ConfigError(f"phase 'extract' needs phase 1's output {samples}; run the datagen phase first "
                           "(`eagle3 run --only datagen`)")

@@ -19,7 +19,7 @@ from ..config import PipelineConfig
 from ..errors import GateError
 from ..slices import Shard, contiguous
 from ..fsio import atomic_write_bytes, atomic_write_json, link_or_copy, read_json
-from . import handover
+from . import products
 from . import PhaseSummary
 from .extract import PHASE, ExtractPaths, ExtractSummary, settings_fingerprint
 from .extract_manifest import read_extract_manifest, write_manifest
@@ -47,7 +47,7 @@ def merge_extract(cfg: PipelineConfig, shard_cfgs: list[PipelineConfig]) -> Phas
     count = len(shard_cfgs)
     parts = [ExtractPaths.of(s) for s in shard_cfgs]
     # Each shard read the run's samples through its own link to them: the same file by its hash.
-    settings = {**read_json(parts[0].settings), "source_samples": str(handover.samples(cfg))}
+    settings = {**read_json(parts[0].settings), "source_samples": str(products.samples(cfg))}
     first_index = parts[0].index.read_bytes()
     for i, part in enumerate(parts[1:], start=1):
         if part.index.read_bytes() != first_index:
@@ -87,7 +87,7 @@ def merge_extract(cfg: PipelineConfig, shard_cfgs: list[PipelineConfig]) -> Phas
     manifest = replace(shard_manifest, num_samples=index.num_samples, total_tokens=index.total_tokens,
                        total_bytes=total_bytes, prepared_data=str(paths.prepared),
                        token_freq=str(paths.prepared / "token_freq.pt") if (paths.prepared / "token_freq.pt").exists()
-                       else None, hidden_states_dir=str(paths.hidden_states), source_samples=str(handover.samples(cfg)),
+                       else None, hidden_states_dir=str(paths.hidden_states), source_samples=str(products.samples(cfg)),
                        settings_fingerprint=settings_fingerprint(settings), created_at=time.time(), extra={"shards": count})
     manifest_file = write_manifest(cfg, manifest)
     summaries = [read_json(p.summary) or {} for p in parts]

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .. import managed, owned
-from . import handover
+from . import products
 from ..config import PipelineConfig
 from ..errors import ConfigError
 from ..prompts import load_prompts, tokens_at_most
@@ -70,7 +70,7 @@ def offline_estimate(cfg: PipelineConfig) -> Estimate:
     index = read_prepared_index(cfg)
     if index is not None:
         return exact_estimate(len(index["seq_len"]), sum(index["seq_len"]), per_token)
-    samples = handover.samples(cfg)
+    samples = products.samples(cfg)
     if samples.is_file() and samples.stat().st_size:
         return estimate_from_samples(samples, cfg.extract.seq_length, per_token)
     return before_datagen(cfg, per_token)

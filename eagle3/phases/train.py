@@ -46,7 +46,7 @@ from ..progress import PhaseProgress
 from ..process.services import LaunchSpec, Supervisor
 from .train_resume import INTERRUPTED, checkpoint_freq_allows_resume, finished_checkpoint, prepare_resume
 from .. import managed
-from . import handover
+from . import products
 from . import PhaseSummary, train_online
 from .extract_manifest import ExtractManifest, manifest_path, read_extract_manifest
 from .train_log import follow_training, validation_by_epoch
@@ -220,8 +220,8 @@ def data_provenance(cfg: PipelineConfig, ext: ExtractManifest) -> dict:
     """What the drafter learned from: phase 1's sampling (its manifest beside the samples file), the sizes,
     and the ids of the samples its validation accuracy was measured on (the serve-parity gate serves
     their prompts: text drawn like the training data that the drafter never trained on)."""
-    settings = handover.generation_settings(Path(ext.source_samples))
-    rows = handover.prepared_sample_ids(cfg)
+    settings = products.generation_settings(Path(ext.source_samples))
+    rows = products.prepared_sample_ids(cfg)
     held = None
     if rows is not None:
         split = validation_rows(len(rows), managed.flag_value(list(cfg.train.extra_args), "--train-data-ratio"))

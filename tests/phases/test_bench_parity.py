@@ -3,7 +3,7 @@
 The trained tiny drafter fixture (tests/fixtures/eagle3-tiny) is served on a sample of the prompts
 it was trained on (16 rows spread over the 64 rows of configs/prompts/tiny-prompts.jsonl that its data
 generation used) and must come close to what its training measured; the same drafter with a
-corrupted vocabulary map (d2t) must fail the gate, naming the handover causes. The benchmark
+corrupted vocabulary map (d2t) must fail the gate, naming the causes between training and serving. The benchmark
 prompts are a synthetic MT-Bench-style file with categories (held-out rows 65-76 of the same set),
 so the report carries acceptance per category.
 
@@ -102,7 +102,7 @@ def test_per_category_acceptance_is_in_the_report(parity_runs):
     print({r["category"]: round(r["acceptance_length"], 3) for r in rows})
 
 
-def test_a_corrupted_vocabulary_map_fails_serve_parity_naming_the_handover(parity_runs):
+def test_a_corrupted_vocabulary_map_fails_serve_parity_naming_the_causes(parity_runs):
     _, good, _, err, bad = parity_runs
     text = str(err)
     assert "serve-parity gate failed" in text and "falls short of what training measured" in text

@@ -1,4 +1,4 @@
-"""What one phase hands the next, asked for by what it is: the generated samples (datagen -> extract,
+"""The products one phase hands the next, asked for by what they are: the generated samples (datagen -> extract,
 the bench's held-out split, the drafter's provenance) and the trained drafter (train -> bench, the
 doctor). Where each lives is layout.py's; what a record holds is its producer's record module
 (phases/train_manifest.py). A consumer asks here and never reads another phase's files by name."""
