@@ -6,7 +6,7 @@ within the same second as the others. On the H200 a host-bound 135 M target's sp
 levels lasting seconds (run6); on one H100 an A/A pair's interval came to ±1.98 % this way against
 ±5.48 % in blocks of 8 requests, over the same requests (bench/alternation_probe.py, one run:
 bench/RESULTS.md, 2026-12-05). Each server's share of a slot
-becomes one window in the load generator's vocabulary (benchclient.LoadResult), with its requests, so
+becomes one window in the load generator's vocabulary (loadgen.LoadResult), with its requests, so
 the rest of the phase (pairing by slot, intervals, verdicts) is the same as for the other schedules.
 """
 
@@ -19,7 +19,7 @@ import statistics
 import time
 from pathlib import Path
 
-from ..engines.benchclient import LoadResult
+from ..engines.loadgen import LoadResult
 from ..fsio import atomic_write_json
 from ..openai_client import OpenAIClient, TimedChat
 

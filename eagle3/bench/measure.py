@@ -14,7 +14,7 @@ import aiohttp
 from .. import progress
 from ..config import PipelineConfig
 from .. import engine_registry
-from ..engines import benchclient
+from ..engines import loadgen
 from ..engines.metrics import SpecCounters, Traffic, acceptance, engine_version
 from ..engines.serving import api_key, base_url, start_server
 from ..errors import CommandFailed, ConfigError, TransientError
@@ -47,7 +47,7 @@ def _snapshot(cfg: PipelineConfig, url: str, k: int, before: bool = True) -> tup
     return spec, traffic
 
 
-def foreign_traffic(load: benchclient.LoadResult, served: Traffic) -> str | None:
+def foreign_traffic(load: loadgen.LoadResult, served: Traffic) -> str | None:
     """Why the server's own counts over a window do not match the load generator's requests
     (someone else used the server meanwhile), or None when the window holds exactly them."""
     if not load.completed <= served.requests <= load.completed + load.failed:
@@ -105,12 +105,12 @@ def _open_client(cfg: PipelineConfig, sup: Supervisor, paths: BenchPaths, label:
 
 
 def _run_client(cfg: PipelineConfig, client, proc: Process, paths: BenchPaths, url: str, label: str,
-                concurrency: int, dataset: Path, num_prompts: int, tag: str = "") -> benchclient.LoadResult:
+                concurrency: int, dataset: Path, num_prompts: int, tag: str = "") -> loadgen.LoadResult:
     b = cfg.bench
     result_file = paths.clients / f"{slug(label)}{tag}-c{concurrency}.json"
     result_file.parent.mkdir(parents=True, exist_ok=True)
     result_file.unlink(missing_ok=True)  # SGLang's client appends; a retry must not read an old line
-    spec = benchclient.LoadSpec(base_url=url, served_name=cfg.target.served_name, tokenizer=cfg.target.model,
+    spec = loadgen.LoadSpec(base_url=url, served_name=cfg.target.served_name, tokenizer=cfg.target.model,
                                 dataset=dataset, num_prompts=num_prompts, concurrency=concurrency,
                                 max_tokens=b.max_tokens, temperature=b.temperature, ignore_eos=b.ignore_eos,
                                 result_file=result_file)
@@ -127,7 +127,7 @@ def _run_client(cfg: PipelineConfig, client, proc: Process, paths: BenchPaths, u
     return load
 
 
-def _window_record(cfg: PipelineConfig, url: str, label: str, k: int, c: int, load: benchclient.LoadResult,
+def _window_record(cfg: PipelineConfig, url: str, label: str, k: int, c: int, load: loadgen.LoadResult,
                    before: tuple, after: tuple, started: float) -> tuple[dict, str | None]:
     """One window's record from its load and the server's counters around it (_snapshot's pairs), and
     why it held other traffic than the load's (the server's own counts disagree), or None."""

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
     from ..process.readiness import Probe
-    from .benchclient import LoadResult, LoadSpec
+    from .loadgen import LoadResult, LoadSpec
     from .metrics import SpecCounters, Traffic
 
 # What a managed speculative-decoding flag is set from, for every engine's managed_flags.

@@ -10,7 +10,7 @@ from ..errors import CommandFailed
 from ..fsio import atomic_write_text
 from ..process.readiness import HttpProbe, LogProbe, Probe
 from . import loadgen, metrics
-from .benchclient import LoadResult, LoadSpec
+from .loadgen import LoadResult, LoadSpec
 from .engine import SPECULATIVE, Engine
 
 READY_LINE = r"The server is fired up and ready to roll!"

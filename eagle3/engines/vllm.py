@@ -11,7 +11,7 @@ from .. import owned
 from ..fsio import atomic_write_bytes, atomic_write_text
 from ..process.readiness import HttpProbe, Probe
 from . import hidden_states, loadgen, metrics
-from .benchclient import LoadResult, LoadSpec, read_result_json
+from .loadgen import LoadResult, LoadSpec, read_result_json
 from .engine import SPECULATIVE, Engine
 
 

@@ -142,7 +142,7 @@ def test_a_real_20_percent_slower_speedup_is_caught_and_an_a_a_rerun_is_not():
 
 
 def test_every_engine_path_yields_intervals():
-    """vLLM 0.32 and 0.25 (per-request data: tests/engines/test_benchclient.py) and SGLang (no per-request
+    """vLLM 0.32 and 0.25 (per-request data: tests/engines/test_load_results.py) and SGLang (no per-request
     data): with repeated windows every speed figure has an interval from the windows themselves."""
     sglang = [{"label": "baseline", "k": 0, "windows": [_window(1, x, requests=False) for x in (500, 510, 490)]},
               {"label": "k=3", "k": 3, "windows": [_window(1, x, ACC3, requests=False) for x in (600, 590, 615)]}]

@@ -13,8 +13,8 @@ import pytest
 
 from eagle3.process import procfs
 from eagle3.config import EngineEnv
-from eagle3.engines import benchclient
 from eagle3 import engine_registry
+from eagle3.engines import loadgen
 from eagle3.engines.loadgen import DriverClient
 from eagle3.errors import CommandFailed, ServiceStartTimeout
 from eagle3.process.services import Supervisor, state_dir_for
@@ -32,8 +32,8 @@ def _client(tmp_path, **env) -> tuple[DriverClient, Supervisor]:
     return client, sup
 
 
-def _spec(tmp_path, c: int) -> benchclient.LoadSpec:
-    return benchclient.LoadSpec("http://127.0.0.1:1", "tiny", Path("/m"), tmp_path / "d.jsonl", 8, c, 16, 0.0, False,
+def _spec(tmp_path, c: int) -> loadgen.LoadSpec:
+    return loadgen.LoadSpec("http://127.0.0.1:1", "tiny", Path("/m"), tmp_path / "d.jsonl", 8, c, 16, 0.0, False,
                                 tmp_path / "bench" / "clients" / f"k3-c{c}.json")
 
 

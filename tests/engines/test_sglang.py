@@ -125,7 +125,7 @@ def test_benchmark_windows_are_measured_by_sglang_s_own_counters(make_config, tm
     windows included. The adapter starts SGLang with --enable-metrics (the stand-in serves /metrics
     only then), and a window's acceptance is the difference of its counters (engines/metrics.py)."""
     from eagle3.bench.measure import _snapshot
-    from eagle3.engines.benchclient import LoadSpec
+    from eagle3.engines.loadgen import LoadSpec
     from eagle3.engines.sglang import load_argv as sglang_argv
     from eagle3.engines.metrics import SpecCounters, Traffic, acceptance
     from eagle3.errors import ConfigError

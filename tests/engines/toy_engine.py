@@ -39,7 +39,7 @@ SPEC = ("toy_spec_drafts_total", "toy_spec_draft_tokens_total", "toy_spec_accept
 
 def _adapter():
     from eagle3.engines import loadgen, metrics
-    from eagle3.engines.benchclient import LoadResult
+    from eagle3.engines.loadgen import LoadResult
     from eagle3.engines.engine import Engine
     from eagle3.fsio import atomic_write_text
     from eagle3.process.readiness import HttpProbe

@@ -25,7 +25,7 @@ import pytest
 
 from eagle3.progress import counts, subscribed
 from eagle3.bench.stats import LIKELY_CAUSES, best_k, evaluate_gate, gate_error_text, table
-from eagle3.engines import benchclient
+from eagle3.engines import loadgen
 from eagle3.engines.metrics import SpecCounters, acceptance
 from eagle3 import engine_registry
 from eagle3.errors import ConfigError, GateError
@@ -140,7 +140,7 @@ def test_foreign_traffic_is_detected_from_the_servers_counts():
     from eagle3.engines.metrics import Traffic
     from eagle3.bench.measure import foreign_traffic
 
-    load = benchclient.LoadResult(8, 0, 1.0, 100, 256, 8.0, 256.0, *([None] * 8), None, "r.json")
+    load = loadgen.LoadResult(8, 0, 1.0, 100, 256, 8.0, 256.0, *([None] * 8), None, "r.json")
     assert foreign_traffic(load, Traffic(8, 100, 256)) is None
     assert "finished 9 requests" in foreign_traffic(load, Traffic(9, 120, 288))
     assert "generated 300 tokens" in foreign_traffic(load, Traffic(8, 100, 300))
@@ -149,7 +149,7 @@ def test_foreign_traffic_is_detected_from_the_servers_counts():
 def test_vllm_client_window_holds_only_measured_requests(tmp_path):
     from eagle3.config import EngineEnv
 
-    spec = benchclient.LoadSpec("http://127.0.0.1:1", "served", Path("/m"), tmp_path / "d.jsonl", 8, 4, 32, 0.0,
+    spec = loadgen.LoadSpec("http://127.0.0.1:1", "served", Path("/m"), tmp_path / "d.jsonl", 8, 4, 32, 0.0,
                                 False, tmp_path / "r.json")
     argv = engine_registry.get("vllm").load_argv(EngineEnv(python=Path("/venv/bin/python")), spec)
     assert argv[:3] == ["/venv/bin/vllm", "bench", "serve"]

@@ -24,7 +24,7 @@ from eagle3.progress import counts, subscribed
 from eagle3.process import procfs
 from eagle3.config import Server, config_model, load_config
 from eagle3.config.types import Target
-from eagle3.engines import benchclient, speculators_cli as speculators
+from eagle3.engines import loadgen, speculators_cli as speculators
 from eagle3.engines import sglang as sglang_module
 from eagle3.engines.sglang import ENGINE as sglang
 from eagle3.engines.vllm import ENGINE as vllm
@@ -207,7 +207,7 @@ def test_every_config_string_reaches_the_engines_as_one_literal_argument(tmp_pat
             hidden_states_path=run / "extract" / "hidden_states", save_path=run / "train" / "checkpoints",
             target_layer_ids=[2, 4, 5], epochs=1, lr=1e-4, total_seq_len=512, draft_vocab_size=None, ttt_steps=3,
             hidden_states_dtype="float32", dry_run=True, extra_args=cfg.train.extra_args), None),
-        "bench-client": (e.vllm, engine_registry.get("vllm").load_argv(e.vllm, benchclient.LoadSpec(
+        "bench-client": (e.vllm, engine_registry.get("vllm").load_argv(e.vllm, loadgen.LoadSpec(
             base_url=base_url(cfg.bench.server), served_name=cfg.target.served_name, tokenizer=cfg.target.model,
             dataset=cfg.bench.prompts, num_prompts=2, concurrency=1, max_tokens=4, temperature=0.0, ignore_eos=False,
             result_file=run / "bench" / "r.json")), None),
