@@ -82,7 +82,7 @@ raw_server() {
   if $ready; then
     answers=$(PYTHONPATH="$SITE/pack:$REPO" python3 - "$REPO" <<'EOF'
 import json, sys, time, urllib.request
-from eagle3.engines.metrics import sglang_accept_length
+from eagle3.engines.sglang import accept_length as sglang_accept_length
 rows = [json.loads(l) for l in open(f"{sys.argv[1]}/configs/prompts/tiny-prompts.jsonl")]
 out = {}
 def ask(row, max_tokens):

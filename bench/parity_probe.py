@@ -13,7 +13,8 @@ from pathlib import Path
 import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from eagle3.engines.metrics import acceptance, scrape_vllm
+from eagle3.engines.metrics import acceptance
+from eagle3.engines.vllm import read_counters
 from eagle3.engines.serving import api_key, base_url, start_server
 from eagle3.process.services import Supervisor, state_dir_for
 from eagle3.prompts import load_prompts
@@ -30,11 +31,11 @@ try:
     headers = {"Authorization": f"Bearer {api_key(cfg, cfg.bench.server, 'bench.server')}"}  # the run's own key
 
     def run(name, rows, **samp):
-        before = scrape_vllm(url)
+        before = read_counters(url)[0]
         for p in rows:
             r = httpx.post(f"{url}/v1/chat/completions", timeout=120, headers=headers, json={"model": cfg.target.served_name, "messages": list(p.messages), **samp})
             assert r.status_code == 200, r.text
-        a = acceptance(scrape_vllm(url) - before)
+        a = acceptance(read_counters(url)[0] - before)
         print(name, samp, round(a.acceptance_length, 3), [round(x, 3) for x in a.per_position], flush=True)
     g32 = dict(max_tokens=32, temperature=0.0)
     if SMOKE:

@@ -1,50 +1,22 @@
-"""Speculative-decoding acceptance as the serving engine itself counts it.
+"""Speculative-decoding acceptance as the serving engine itself counts it, read from its Prometheus
+/metrics. Which counters an engine has, and how they map onto SpecCounters and Traffic, is its own
+module's to say (eagle3/engines/vllm.py, sglang.py); what every engine's counters mean is here.
 
-vLLM exposes monotonically increasing counters on /metrics (Prometheus text format, `_total`
-suffix, labels `engine` and `model_name`):
-  vllm:spec_decode_num_drafts_total                          drafts (one per verify step and request)
-  vllm:spec_decode_num_draft_tokens_total                    tokens proposed
-  vllm:spec_decode_num_accepted_tokens_total                 tokens accepted
-  vllm:spec_decode_num_accepted_tokens_per_pos_total{position="i"}
-A measurement is the difference of two snapshots taken around a window; with several engines
-(data parallel) the series are summed. From a delta:
+A measurement is the difference of two snapshots taken around a window; with several engines (data
+parallel) the series are summed. From a delta:
   acceptance rate          = accepted / draft tokens
   mean acceptance length   = 1 + accepted / drafts      (the 1 is the bonus token of each step)
   per-position rate[i]     = accepted_per_pos[i] / drafts
-
-SGLang (with --enable-metrics, which the adapter always passes) counts per finished request, labels
-`model_name`: sglang:num_requests_total, sglang:generation_tokens_total (completion tokens) and
-sglang:spec_verify_calls_total (verify steps). A request's completion is its prefill's token plus,
-per verify step, the accepted drafts and one bonus token, so over a window
-  drafts   = verify calls
-  accepted = generation tokens - requests - verify calls
-and the formulas above give vLLM's definitions (SGLang's own "accept length", completion tokens /
-verify calls, also counts the prefill's token: higher by about 1/verify calls per request). SGLang
-counts no acceptance per position. Its /server_info `avg_spec_accept_length` is an average since the
-server started (warm-up included), kept only as a cross-check.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from ..errors import TransientError
-
-PREFIX = "vllm:spec_decode_"
-DRAFTS = PREFIX + "num_drafts_total"
-DRAFT_TOKENS = PREFIX + "num_draft_tokens_total"
-ACCEPTED = PREFIX + "num_accepted_tokens_total"
-ACCEPTED_PER_POS = PREFIX + "num_accepted_tokens_per_pos_total"
-SGLANG_REQUESTS = "sglang:num_requests_total"
-SGLANG_PROMPT_TOKENS = "sglang:prompt_tokens_total"
-SGLANG_GENERATION_TOKENS = "sglang:generation_tokens_total"
-SGLANG_VERIFY_CALLS = "sglang:spec_verify_calls_total"
-
-
 
 class MetricsError(TransientError):
     """/metrics could not be read or makes no sense (e.g. a counter went backwards: restarted server)."""
@@ -75,39 +47,12 @@ def parse_prometheus(text: str) -> list[Sample]:
 
 @dataclass(frozen=True)
 class SpecCounters:
-    """One snapshot (or the difference of two) of vLLM's spec-decode counters, summed over engines."""
+    """One snapshot (or the difference of two) of a server's spec-decode counters, summed over engines."""
 
     drafts: int = 0
     draft_tokens: int = 0
     accepted: int = 0
     accepted_per_pos: tuple[int, ...] = ()
-
-    @classmethod
-    def from_samples(cls, samples: list[Sample], model_name: str | None = None) -> "SpecCounters | None":
-        """None when the server exposes no spec-decode counter (no speculative config)."""
-        found = False
-        totals = {DRAFTS: 0.0, DRAFT_TOKENS: 0.0, ACCEPTED: 0.0}
-        per_pos: dict[int, float] = {}
-        for s in samples:
-            if not s.name.startswith(PREFIX) or not s.name.endswith("_total"):
-                continue  # the `_created` gauges carry timestamps, not counts
-            if model_name is not None and s.labels.get("model_name", model_name) != model_name:
-                continue
-            found = True
-            if s.name in totals:
-                totals[s.name] += s.value
-            elif s.name == ACCEPTED_PER_POS and "position" in s.labels:
-                pos = int(s.labels["position"])
-                per_pos[pos] = per_pos.get(pos, 0.0) + s.value
-        if not found:
-            return None
-        width = max(per_pos) + 1 if per_pos else 0
-        return cls(int(totals[DRAFTS]), int(totals[DRAFT_TOKENS]), int(totals[ACCEPTED]),
-                   tuple(int(per_pos.get(i, 0.0)) for i in range(width)))
-
-    @classmethod
-    def parse(cls, text: str, model_name: str | None = None) -> "SpecCounters | None":
-        return cls.from_samples(parse_prometheus(text), model_name)
 
     def __sub__(self, before: "SpecCounters") -> "SpecCounters":
         width = max(len(self.accepted_per_pos), len(before.accepted_per_pos))
@@ -147,13 +92,13 @@ class Acceptance:
     acceptance_rate: float | None
     acceptance_length: float | None
     per_position: list[float] = field(default_factory=list)
-    source: str = "vllm /metrics counter deltas"
+    source: str = "/metrics counter deltas"
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def acceptance(delta: SpecCounters, source: str = "vllm /metrics counter deltas") -> Acceptance:
+def acceptance(delta: SpecCounters, source: str = "/metrics counter deltas") -> Acceptance:
     """The formulas of the module docstring; None where the window holds no draft."""
     rate = delta.accepted / delta.draft_tokens if delta.draft_tokens else None
     length = 1.0 + delta.accepted / delta.drafts if delta.drafts else None
@@ -161,25 +106,19 @@ def acceptance(delta: SpecCounters, source: str = "vllm /metrics counter deltas"
     return Acceptance(delta.drafts, delta.draft_tokens, delta.accepted, rate, length, per_pos, source)
 
 
-VLLM_TRAFFIC = ("vllm:request_success_total", "vllm:prompt_tokens_total", "vllm:generation_tokens_total")
-SGLANG_TRAFFIC = (SGLANG_REQUESTS, SGLANG_PROMPT_TOKENS, SGLANG_GENERATION_TOKENS)
-
-
 @dataclass(frozen=True)
 class Traffic:
     """What the server finished, by its own counters: lets a window prove that it holds exactly
     the load generator's requests (a foreign client on the port would show up here)."""
 
-    requests: int = 0            # vllm:request_success_total, every finish reason
-    prompt_tokens: int = 0       # vllm:prompt_tokens_total
-    generation_tokens: int = 0   # vllm:generation_tokens_total
+    requests: int = 0            # requests finished, every finish reason
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
 
     @classmethod
-    def from_samples(cls, samples: list[Sample], model_name: str | None = None,
-                     names: tuple[str, str, str] | None = None) -> "Traffic":
-        """`names`: the engine's (requests, prompt tokens, generation tokens) counters; vLLM's by default."""
-        names = names or VLLM_TRAFFIC
-        totals = _sums(samples, names, model_name)
+    def from_samples(cls, samples: list[Sample], model_name: str | None, names: tuple[str, str, str]) -> "Traffic":
+        """`names`: the engine's (requests, prompt tokens, generation tokens) counters."""
+        totals = sums(samples, names, model_name)
         return cls(*(int(totals[n]) for n in names))
 
     def __sub__(self, before: "Traffic") -> "Traffic":
@@ -194,7 +133,8 @@ class Traffic:
         return cls(int(d["requests"]), int(d["prompt_tokens"]), int(d["generation_tokens"]))
 
 
-def _sums(samples: list[Sample], names: tuple[str, ...], model_name: str | None) -> dict[str, float]:
+def sums(samples: list[Sample], names: tuple[str, ...], model_name: str | None) -> dict[str, float]:
+    """{name: the sum of its series} for the series of `model_name` (None: all)."""
     totals = dict.fromkeys(names, 0.0)
     for s in samples:
         if s.name in totals and (model_name is None or s.labels.get("model_name", model_name) == model_name):
@@ -202,21 +142,9 @@ def _sums(samples: list[Sample], names: tuple[str, ...], model_name: str | None)
     return totals
 
 
-def sglang_spec_counters(samples: list[Sample], k: int, model_name: str | None = None) -> SpecCounters | None:
-    """SGLang's counters as vLLM's (module docstring); None before its first verify step is counted
-    (a server without a drafter never counts one)."""
-    if not any(s.name == SGLANG_VERIFY_CALLS and model_name in (None, s.labels.get("model_name", model_name))
-               for s in samples):
-        return None
-    t = _sums(samples, (SGLANG_REQUESTS, SGLANG_GENERATION_TOKENS, SGLANG_VERIFY_CALLS), model_name)
-    verify = int(t[SGLANG_VERIFY_CALLS])
-    return SpecCounters(drafts=verify, draft_tokens=verify * k,
-                        accepted=int(t[SGLANG_GENERATION_TOKENS]) - int(t[SGLANG_REQUESTS]) - verify)
-
-
 # ---- scraping ----------------------------------------------------------------------------------
 
-def _get(url: str, headers: dict[str, str] | None, timeout_s: float) -> httpx.Response:
+def get(url: str, headers: dict[str, str] | None, timeout_s: float) -> httpx.Response:
     try:
         response = httpx.get(url, headers=headers or {}, timeout=timeout_s)
     except httpx.HTTPError as e:
@@ -228,42 +156,7 @@ def _get(url: str, headers: dict[str, str] | None, timeout_s: float) -> httpx.Re
 
 def fetch_samples(base_url: str, headers: dict[str, str] | None = None, timeout_s: float = 10.0) -> list[Sample]:
     """Every sample of the server's Prometheus /metrics now."""
-    return parse_prometheus(_get(f"{base_url}/metrics", headers, timeout_s).text)
-
-
-def scrape_vllm(base_url: str, model_name: str | None = None, headers: dict[str, str] | None = None,
-                timeout_s: float = 10.0) -> SpecCounters | None:
-    """The server's spec-decode counters now; None if it has none (serving without a drafter)."""
-    return SpecCounters.parse(_get(f"{base_url}/metrics", headers, timeout_s).text, model_name)
-
-
-def scrape_vllm_all(base_url: str, model_name: str | None = None, headers: dict[str, str] | None = None,
-                    timeout_s: float = 10.0) -> tuple[SpecCounters | None, Traffic]:
-    """Spec-decode counters (None without a drafter) and traffic counters from one /metrics read."""
-    samples = fetch_samples(base_url, headers, timeout_s)
-    return SpecCounters.from_samples(samples, model_name), Traffic.from_samples(samples, model_name)
-
-
-def scrape_sglang_all(base_url: str, k: int, model_name: str | None = None, headers: dict[str, str] | None = None,
-                      timeout_s: float = 10.0) -> tuple[SpecCounters | None, Traffic]:
-    """SGLang's spec-decode counters (None until it counted a verify step) and traffic counters."""
-    samples = fetch_samples(base_url, headers, timeout_s)
-    return sglang_spec_counters(samples, k, model_name), Traffic.from_samples(samples, model_name, SGLANG_TRAFFIC)
-
-
-def sglang_accept_length(base_url: str, headers: dict[str, str] | None = None, timeout_s: float = 10.0) -> float | None:
-    """SGLang's average accept length since the server started (None when not speculating)."""
-    for path in ("/server_info", "/get_server_info"):  # the second is the deprecated name
-        try:
-            data = _get(f"{base_url}{path}", headers, timeout_s).json()
-        except (MetricsError, ValueError):
-            continue
-        states = data.get("internal_states") or [{}]
-        value = states[0].get("avg_spec_accept_length") if isinstance(states[0], dict) else None
-        if isinstance(value, (int, float)) and math.isfinite(value):
-            return float(value)
-        return None
-    raise MetricsError(f"{base_url}: neither /server_info nor /get_server_info answered")
+    return parse_prometheus(get(f"{base_url}/metrics", headers, timeout_s).text)
 
 
 def engine_version(base_url: str, paths: tuple[str, ...], headers: dict[str, str] | None = None) -> str:
@@ -271,7 +164,7 @@ def engine_version(base_url: str, paths: tuple[str, ...], headers: dict[str, str
     (an engine's version_paths); "unknown" if none does."""
     for path in paths:
         try:
-            data = _get(f"{base_url}{path}", headers, 10.0).json()
+            data = get(f"{base_url}{path}", headers, 10.0).json()
         except (MetricsError, ValueError):
             continue
         if isinstance(data, dict) and data.get("version"):

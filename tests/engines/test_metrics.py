@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from eagle3.engines.metrics import (MetricsError, SpecCounters, Traffic, acceptance, parse_prometheus,
-                                   sglang_spec_counters, SGLANG_TRAFFIC)
+from eagle3.engines import sglang, vllm
+from eagle3.engines.metrics import MetricsError, SpecCounters, Traffic, acceptance, parse_prometheus
 
 # As vLLM 0.32 (CPU build) printed it for a k=3 server after 64 drafts (labels, HELP/TYPE lines,
 # the `_created` gauges that must not be counted), plus a second engine as with data parallelism.
@@ -28,6 +28,12 @@ vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="tiny-l
 vllm:spec_decode_num_accepted_tokens_per_pos_created{engine="0",model_name="tiny-llama",position="0"} 1.796018303072535e+09
 vllm:prompt_tokens_total{engine="0",model_name="tiny-llama"} 1234.0
 """
+
+
+def vllm_counters(text: str, model_name: str | None = None) -> SpecCounters | None:
+    return vllm.spec_counters(parse_prometheus(text), model_name)
+
+
 SECOND_ENGINE = """\
 vllm:spec_decode_num_drafts_total{engine="1",model_name="tiny-llama"} 10.0
 vllm:spec_decode_num_draft_tokens_total{engine="1",model_name="tiny-llama"} 30.0
@@ -47,23 +53,23 @@ def test_parse_reads_names_labels_values_and_skips_comments():
 
 
 def test_counters_ignore_created_gauges():
-    c = SpecCounters.parse(REAL)
+    c = vllm_counters(REAL)
     assert c == SpecCounters(drafts=64, draft_tokens=192, accepted=150, accepted_per_pos=(60, 50, 40))
 
 
 def test_counters_sum_over_engines_and_filter_by_model():
-    c = SpecCounters.parse(REAL + SECOND_ENGINE)
+    c = vllm_counters(REAL + SECOND_ENGINE)
     assert c == SpecCounters(74, 222, 156, (64, 52, 40))
-    assert SpecCounters.parse(REAL, model_name="other") is None
+    assert vllm_counters(REAL, model_name="other") is None
 
 
 def test_no_spec_counters_means_none():
-    assert SpecCounters.parse('vllm:prompt_tokens_total{engine="0"} 5.0\n') is None
+    assert vllm_counters('vllm:prompt_tokens_total{engine="0"} 5.0\n') is None
 
 
 def test_delta_and_formulas():
     before = SpecCounters(10, 30, 12, (6, 4, 2))
-    after = SpecCounters.parse(REAL)
+    after = vllm_counters(REAL)
     delta = after - before
     assert delta == SpecCounters(54, 162, 138, (54, 46, 38))
     a = acceptance(delta)
@@ -92,7 +98,7 @@ def test_counter_going_backwards_is_a_restart():
 
 
 def test_round_trip_through_json_dict():
-    c = SpecCounters.parse(REAL)
+    c = vllm_counters(REAL)
     assert SpecCounters.from_dict(c.to_dict()) == c
 
 
@@ -112,20 +118,20 @@ sglang:spec_accept_length{engine_type="unified",model_name="tiny-llama",tp_rank=
 
 def test_sglang_counters_give_vllm_s_definitions():
     samples = parse_prometheus(SGLANG)
-    c = sglang_spec_counters(samples, k=3)
+    c = sglang.spec_counters(samples, k=3)
     # Each request: 1 token from its prefill, then per verify step the accepted drafts + 1 bonus token.
     assert c == SpecCounters(drafts=160, draft_tokens=480, accepted=512 - 8 - 160)
     a = acceptance(c)
     assert a.acceptance_length == pytest.approx(1 + 344 / 160) and a.acceptance_rate == pytest.approx(344 / 480)
     assert a.per_position == []  # SGLang counts no position
-    assert Traffic.from_samples(samples, "tiny-llama", SGLANG_TRAFFIC) == Traffic(requests=8, prompt_tokens=400,
+    assert Traffic.from_samples(samples, "tiny-llama", sglang.TRAFFIC) == Traffic(requests=8, prompt_tokens=400,
                                                                            generation_tokens=512)
-    assert sglang_spec_counters(samples, 3, model_name="tiny-llama") == c
-    assert sglang_spec_counters(samples, 3, model_name="other") is None
+    assert sglang.spec_counters(samples, 3, model_name="tiny-llama") == c
+    assert sglang.spec_counters(samples, 3, model_name="other") is None
 
 
 def test_sglang_without_a_verify_step_has_no_spec_counters():
     no_spec = "\n".join(ln for ln in SGLANG.splitlines() if "spec_verify" not in ln)
-    assert sglang_spec_counters(parse_prometheus(no_spec), k=3) is None
-    assert Traffic.from_samples(parse_prometheus(no_spec), names=SGLANG_TRAFFIC).requests == 8
-    assert Traffic.from_samples(parse_prometheus(SGLANG)) == Traffic()  # vLLM's names are not SGLang's
+    assert sglang.spec_counters(parse_prometheus(no_spec), k=3) is None
+    assert Traffic.from_samples(parse_prometheus(no_spec), None, sglang.TRAFFIC).requests == 8
+    assert Traffic.from_samples(parse_prometheus(SGLANG), None, vllm.TRAFFIC) == Traffic()  # vLLM's names are not SGLang's

@@ -20,7 +20,8 @@ import pytest
 
 from eagle3.drafters.formats import PROVENANCE
 from eagle3.drafters.loadable import check_drafter
-from eagle3.engines.metrics import acceptance, scrape_vllm
+from eagle3.engines.metrics import acceptance
+from eagle3.engines.vllm import read_counters
 from eagle3.engines.serving import base_url, start_server
 from eagle3.phases.datagen import run_datagen
 from eagle3.phases.extract import run_extract
@@ -55,14 +56,14 @@ def _measure(cfg, url: str) -> tuple[float, list[str]]:
     drafter); acceptance length from /metrics deltas."""
     prompts = load_prompts(cfg.datagen.prompts).prompts
     probe = prompts[cfg.datagen.max_samples: cfg.datagen.max_samples + PROBE_PROMPTS]
-    before = scrape_vllm(url)
+    before = read_counters(url)[0]
     texts = []
     for p in probe:
         r = httpx.post(f"{url}/v1/chat/completions", timeout=120, headers=HEADERS, json={
             "model": cfg.target.served_name, "messages": list(p.messages), "max_tokens": 32, "temperature": 0.0})
         assert r.status_code == 200, r.text
         texts.append(r.json()["choices"][0]["message"]["content"])
-    acc = acceptance(scrape_vllm(url) - before)
+    acc = acceptance(read_counters(url)[0] - before)
     assert acc.drafts > 0, "the server never drafted: the drafter was not used"
     return acc.acceptance_length, texts
 
