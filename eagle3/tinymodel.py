@@ -15,6 +15,7 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from . import engine_registry
 from .config import TINY_CONFIG, EngineEnv, load_config
 from .errors import ConfigError
 from .fsio import atomic_write_json, file_lock, read_json, swap_in_dir
@@ -64,10 +65,11 @@ def is_current(path: Path, spec: TinyModelSpec = TinyModelSpec()) -> bool:
 
 
 def default_engine() -> EngineEnv:
-    """The engine environment the embedded tiny config names (interpreter and offline env vars)."""
-    engine = load_config(TINY_CONFIG, check_files=False).engines.vllm
+    """The default engine's environment as the embedded tiny config names it (interpreter and offline env vars)."""
+    engine = getattr(load_config(TINY_CONFIG, check_files=False).engines, engine_registry.DEFAULT)
     if engine is None:
-        raise ConfigError(f"{TINY_CONFIG}: engines.vllm is not set; the tiny-model builder runs with it")
+        raise ConfigError(f"{TINY_CONFIG}: engines.{engine_registry.DEFAULT} is not set; the tiny-model builder runs "
+                          "with it")
     return engine
 
 
