@@ -187,6 +187,19 @@ def test_absolute_speed_is_judged_once_the_between_run_noise_is_known(recorded):
     assert w["status"] == "engine regression" and "engine version" in w["message"] and "acceptance held" in w["message"]
 
 
+def test_a_rerun_from_a_moved_checkout_is_no_engine_change_and_a_changed_serving_config_is(recorded):
+    """The whole config's hash holds paths; the watch compares what the bench asks of its engine
+    (serving_hash, eagle3/bench/provenance.py), and an earlier result that lacks it is not compared on it."""
+    (_, first), _ = recorded
+    earlier = [(n, {**r, "serving_hash": "s1", "config_hash": "here"}) for n, r in _reruns(first, [1.0, 0.97, 1.03])]
+    slow = {**scale_speed(first, 0.8), "serving_hash": "s1", "config_hash": "moved"}
+    assert watch(slow, earlier)["status"] == "node drift"
+    assert watch(slow, [(n, {k: v for k, v in r.items() if k != "serving_hash"}) for n, r in earlier])["status"] \
+        == "node drift"
+    w = watch({**slow, "serving_hash": "s2"}, earlier)
+    assert w["status"] == "engine regression" and "serving config s1 -> s2" in w["message"]
+
+
 # ---- the F4 gate: every k slower than the baseline, first position rarely accepted ----------------
 
 def _rejudge(results: dict, cpu_rehearsal: bool) -> dict:

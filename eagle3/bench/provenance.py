@@ -1,10 +1,12 @@
-"""What a benchmark result was measured with, beyond the config: the drafter's checksum and the
-machine (GPU model, driver). The benchmark watch (eagle3/bench/watch.py) compares results only
+"""What a benchmark result was measured with: what the config asks of the engine wherever the files lie,
+the drafter's checksum, the target's fingerprint and the machine (GPU model, driver). The benchmark watch (eagle3/bench/watch.py) compares results only
 between runs of the same drafter, and names any of these that changed since the last good run."""
 
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 from pathlib import Path
 
 from ..drafters.formats import PROVENANCE
@@ -13,6 +15,31 @@ from ..handoff.gpus import GpuState
 
 DRAFTER_FILES = ("*.json", "*.safetensors")  # config, index and weights; not logs or optimizer states
 CHUNK = 1 << 20
+
+
+def serving_fingerprint(cfg) -> str:
+    """What the benchmark asks of its engine: the target's settings, the bench section (what the watch never
+    compares left out) and the environment the engine's servers get, hashed without anything that only says
+    where a file lies (a Path, or a string of absolute paths such as a PYTHONPATH) and without the servers'
+    addresses. The target, the drafter and the prompts are compared by content on their own; so a rerun from a
+    checkout moved elsewhere asks the same, while a changed engine flag, variable or dtype does not."""
+    exclude = dict(type(cfg.bench).FINGERPRINT_EXCLUDE, server={"host", "port"})
+    data = {"target": cfg.target.model_dump(exclude={"data_parallel_size"}), "bench": cfg.bench.model_dump(exclude=exclude),
+            "engine_env": getattr(cfg.engines, cfg.bench.engine).env}
+    return hashlib.sha256(json.dumps(_without_locations(data), sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _without_locations(value):
+    if isinstance(value, dict):
+        return {k: _without_locations(v) for k, v in value.items() if not _is_location(v)}
+    if isinstance(value, (list, tuple)):
+        return [_without_locations(v) for v in value if not _is_location(v)]
+    return value
+
+
+def _is_location(value) -> bool:
+    return isinstance(value, Path) or (isinstance(value, str) and value != "" and
+                                       all(os.path.isabs(part) for part in value.split(os.pathsep)))
 
 
 def drafter_checksum(path: Path | str) -> str | None:

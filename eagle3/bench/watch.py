@@ -47,9 +47,12 @@ IDENTITY = {
 # ... and what may change between comparable runs; a verdict names those that did. The drafter first: a
 # rerun exists to catch its regressions; the rest is the engine's side.
 DRAFTER = {"drafter checksum": lambda r: r["drafter"].get("checksum") or r["drafter"]["path"]}
+# A result from before results recorded their serving config (eagle3/bench/provenance.py) is not compared on
+# it: the whole config's hash it has instead holds paths, and a checkout moved elsewhere is no engine change.
+UNRECORDED = object()
 ENGINE_SIDE = {
     "engine version": lambda r: r.get("engine_version"),
-    "config fingerprint": lambda r: r.get("config_hash"),
+    "serving config": lambda r: r.get("serving_hash", UNRECORDED),
     "driver": lambda r: (r.get("platform") or {}).get("driver"),
     "GPU": lambda r: (r.get("platform") or {}).get("gpu_names"),
     "pack version": lambda r: r.get("pack_version"),
@@ -189,7 +192,7 @@ def _differences(fields: dict, cur: dict, ref: dict) -> list[str]:
     out = []
     for name, get in fields.items():
         x, y = get(ref), get(cur)
-        if x != y:
+        if x != y and UNRECORDED not in (x, y):
             out.append(f"{name} {_short(x)} -> {_short(y)}")
     return out
 

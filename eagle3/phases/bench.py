@@ -48,7 +48,7 @@ from ..bench import watch as benchwatch
 from ..bench.gates import category_table, evaluate_parity, parity_error_text
 from ..bench.stats import best_k, evaluate_gate, gate_error_text, on_rerun, pooled_by_k, table
 from ..bench.repeats import rounds_agree, twin_agrees
-from ..bench.provenance import drafter_checksum, platform, target_fingerprint
+from ..bench.provenance import drafter_checksum, platform, serving_fingerprint, target_fingerprint
 from ..bench.trend import write_trend
 from .. import managed
 from . import products
@@ -384,7 +384,8 @@ def _assemble(cfg: PipelineConfig, drafter: dict, prompts: dict, runs: list[dict
     now = datetime.now(timezone.utc)
     return {
         "schema": SCHEMA, "pipeline": cfg.name, "created_at": now.isoformat(timespec="seconds"),
-        "config_hash": cfg.fingerprint(), "bench_config_hash": cfg.fingerprint(PHASE), "pack_version": __version__,
+        "config_hash": cfg.fingerprint(), "bench_config_hash": cfg.fingerprint(PHASE),
+        "serving_hash": serving_fingerprint(cfg), "pack_version": __version__,
         "engine": b.engine, "engine_version": runs[0].get("engine_version", "unknown"),
         "engine_versions": {r["label"]: r.get("engine_version") for r in runs},
         "bench_client": engine.load_client, "acceptance_source": engine.acceptance_source,
