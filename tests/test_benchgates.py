@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from eagle3.bench.gates import HANDOVER_CAUSES, evaluate_parity, expected_length
+from eagle3.bench.gates import TRAIN_TO_SERVE_CAUSES, evaluate_parity, expected_length
 from eagle3.phases.bench_inputs import parity_expectation, training_prompts
 from eagle3.phases.train_log import validation_by_epoch, validation_full_acc
 
@@ -21,7 +21,7 @@ def test_expected_length_and_the_requirement():
     assert ok["status"] == "passed" and ok["by_k"]["3"]["required"] == pytest.approx(1.872, abs=1e-3)
     bad = evaluate_parity(ACC, "cfg", {1: {"acceptance_length": 1.01}, 3: {"acceptance_length": 1.02}}, 0.3, True,
                           {"count": 16, "ids": []})
-    assert bad["status"] == "failed" and bad["likely_causes"] == HANDOVER_CAUSES
+    assert bad["status"] == "failed" and bad["likely_causes"] == TRAIN_TO_SERVE_CAUSES
     assert "k=1: 1.010 < 1.296" in bad["message"] and "k=3: 1.020 < 1.872" in bad["message"]
 
 

@@ -23,7 +23,7 @@ temperature 0.8), greedy, 32 tokens: rows 1-8 gave 1.45, rows 13-20 3.28, 8 rows
 from __future__ import annotations
 
 # Where a drafter that trained well loses its acceptance between the trainer and the engine.
-HANDOVER_CAUSES = [
+TRAIN_TO_SERVE_CAUSES = [
     "vocabulary map: the drafter's d2t/t2d (draft -> target token ids) is not the one it was trained with "
     "(another run's map, another tokenizer, a re-export that rebuilt it): drafted ids are other tokens",
     "aux-layer ids: the engine feeds other target layers than training used (off-by-one between the "
@@ -73,7 +73,7 @@ def evaluate_parity(expected_full_acc: list[float] | None, expectation_source: s
     kind = (prompts or {}).get("kind", "training")
     where = f"on {prompts['count']} {kind} prompts" if prompts else f"on {kind} prompts"
     if failed:
-        return {**gate, "status": "failed", "likely_causes": HANDOVER_CAUSES,
+        return {**gate, "status": "failed", "likely_causes": TRAIN_TO_SERVE_CAUSES,
                 "message": f"serve parity: the drafter served {where} falls short of what training measured: "
                            f"{'; '.join(failed)}. The drafter learned; what the engine serves is not it"}
     shown = ", ".join(f"k={k}: {v['measured_acceptance_length']:.3f} (expected {v['expected_acceptance_length']:.3f}, "
