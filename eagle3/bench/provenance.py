@@ -1,6 +1,7 @@
 """What a benchmark result was measured with: what the config asks of the engine wherever the files lie,
-the drafter's checksum, the target's fingerprint and the machine (GPU model, driver). The benchmark watch (eagle3/bench/watch.py) compares results only
-between runs of the same drafter, and names any of these that changed since the last good run."""
+the drafter's checksum, the target's fingerprint and the machine (GPU model, driver). The benchmark watch
+(eagle3/bench/watch.py) compares results only between runs of the same drafter, and names any of these
+that changed since the last good run."""
 
 from __future__ import annotations
 
@@ -24,8 +25,8 @@ def serving_fingerprint(cfg) -> str:
     addresses. The target, the drafter and the prompts are compared by content on their own; so a rerun from a
     checkout moved elsewhere asks the same, while a changed engine flag, variable or dtype does not."""
     exclude = dict(type(cfg.bench).FINGERPRINT_EXCLUDE, server={"host", "port"})
-    data = {"target": cfg.target.model_dump(exclude={"data_parallel_size"}), "bench": cfg.bench.model_dump(exclude=exclude),
-            "engine_env": getattr(cfg.engines, cfg.bench.engine).env}
+    data = {"target": cfg.target.model_dump(exclude={"data_parallel_size"}),
+            "bench": cfg.bench.model_dump(exclude=exclude), "engine_env": getattr(cfg.engines, cfg.bench.engine).env}
     return hashlib.sha256(json.dumps(_without_locations(data), sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

@@ -4,8 +4,9 @@ scheduled rerun says when the drafter or the engine regressed, and never blames 
 The figures, each with a 95 % interval from its run's own data, are eagle3/bench/figures.py's.
 
 What is compared: the last good run (no decided regression) of the same setup, i.e. target (by its content
-where both runs recorded its fingerprint, eagle3/bench/provenance.py), engine, prompts and sampling. The drafter may change between them (a retrain, a re-export): that is what a
-rerun is scheduled to catch, and its checksum is named when it did.
+where both runs recorded its fingerprint, eagle3/bench/provenance.py), engine, prompts and sampling. The
+drafter may change between them (a retrain, a re-export): that is what a rerun is scheduled to catch, and
+its checksum is named when it did.
 
 What is judged, against what noise, and what fails:
 - The drafter, by what it controls. Its acceptance (length and each position) is judged against the
@@ -19,8 +20,9 @@ What is judged, against what noise, and what fails:
   learned from its history (the median and the spread of its earlier good runs, from min_noise_runs of
   them on; until then "not judged: between-run noise not yet known"). Beyond that noise and
   speed_tolerance_pct: an engine regression when
-  the baseline is worse and an engine-side change is recorded (engine version, config, driver, GPU, pack
-  version), node drift when nothing recorded changed. A baseline that moved with the drafter's servers
+  the baseline is worse and an engine-side change is recorded (engine version, serving config: what the
+  bench asks of its engine without paths or ports, driver, GPU, pack version), node drift when nothing
+  recorded changed. A baseline that moved with the drafter's servers
   while the speedup held is node drift, named with the baseline's change, whatever the noise.
 - Status, the worst of: drafter regression, engine regression, node drift, undecided (a drafter figure
   worse than its tolerance but within the noise), improved, stable. A drafter regression fails the bench

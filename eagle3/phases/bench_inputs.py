@@ -126,12 +126,19 @@ def parity_prompts(cfg: PipelineConfig, drafter: dict) -> tuple[list, str]:
 def _trained_rows(cfg: PipelineConfig, drafter: dict | None) -> list:
     if drafter and drafter.get("training_prompts") and Path(drafter["training_prompts"]) != cfg.datagen.prompts:
         return load_prompts(Path(drafter["training_prompts"]), None).prompts
+    ps, used = _datagen_split(cfg)
+    return [p for p in ps.prompts if p.id in used]
+
+
+def _datagen_split(cfg: PipelineConfig):
+    """datagen.prompts, and the ids of those data generation used (where phase 1's output is gone, those
+    it would have taken)."""
     d = cfg.datagen
     ps = load_prompts(d.prompts, None, skip_invalid=d.skip_invalid_prompts)
     used = products.sample_ids(cfg)
     if used is None:
         used = {p.id for p in ps.prompts[: d.max_samples]} if d.max_samples else set(ps.ids)
-    return [p for p in ps.prompts if p.id in used]
+    return ps, used
 
 
 def _spread(rows: list, count: int) -> list:
@@ -148,17 +155,13 @@ def held_out_prompts(cfg: PipelineConfig) -> dict:
         ps, selection = load_prompt_set(b.prompts), "bench.prompts"
         rows = ps.prompts
     else:
-        d = cfg.datagen
-        ps = load_prompts(d.prompts, None, skip_invalid=d.skip_invalid_prompts)
-        used = products.sample_ids(cfg)
-        if used is None:  # phase 1's output is gone: hold out what it would have taken
-            used = {p.id for p in ps.prompts[: d.max_samples]} if d.max_samples else set(ps.ids)
+        ps, used = _datagen_split(cfg)
         rows = [p for p in ps.prompts if p.id not in used]
         selection = f"held out: not among the {len(used)} prompts data generation used"
         if not rows:
             raise ConfigError(f"bench: no held-out prompts: data generation used all {len(ps.prompts)} rows of "
-                              f"{d.prompts}; lower datagen.max_samples below the prompt count, or give a separate "
-                              "benchmark prompt set in bench.prompts")
+                              f"{cfg.datagen.prompts}; lower datagen.max_samples below the prompt count, or give a "
+                              "separate benchmark prompt set in bench.prompts")
     need = b.num_prompts + b.warmup_prompts
     measured, spare = rows[: b.num_prompts], rows[b.num_prompts: need]
     texts = [p.messages[-1]["content"] for p in measured]
