@@ -34,6 +34,7 @@ import yaml  # noqa: E402
 
 from eagle3.fsio import atomic_write_json  # noqa: E402
 from eagle3.safe_yaml import load as load_yaml  # noqa: E402
+from tests.ports import free_port  # noqa: E402
 
 BASE = REPO / "configs" / "smollm2-cpu.yaml"
 CONFIG = REPO / "configs" / ".smollm2-cpu-drafter-acceptance.yaml"  # beside BASE: its relative paths hold
@@ -81,6 +82,12 @@ def main() -> int:
                         num_prompts=args.prompts,
                         max_tokens=args.max_tokens, warmup_prompts=2, parity={"enabled": False},
                         watch={"enabled": False})
+    # Ports nobody else on the box draws from, not the profile's own: `make demo` serves those, and the
+    # handoff rightly refuses to start beside a server it did not start (a newcomer's make test and make
+    # demo side by side, 2026-12-06).
+    base = free_port(tuple(range(3 + len(args.ks) + 1)))  # datagen, extract, then the bench's servers
+    for i, section in enumerate(("datagen", "extract", "bench")):
+        raw[section]["server"]["port"] = base + i
     CONFIG.write_text(yaml.safe_dump(raw, sort_keys=False))
     run_dir = REPO / "runs" / "smollm2-cpu-drafter-acceptance"
     shutil.rmtree(run_dir / "bench", ignore_errors=True)  # a fresh measurement every time
