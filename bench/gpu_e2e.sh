@@ -14,6 +14,9 @@
 #                                            # `setup` and the N Qwen pieces are there, make the model (reruns of the
 #                                            # shipped SmolLM2 drafter's benchmark meanwhile), run the phases, the
 #                                            # drafter back, the benchmark sized to DEADLINE, more reruns as time allows
+#   QPIECES=N DRAFTER_PIECES=D DRAFTER_CONFIG=C bash bench/gpu_e2e.sh RESULTS rerun-session  # issue 54's reruns of the
+#                                            # shipped SmolLM2 drafter, the handoff bench, then a trained Qwen drafter's
+#                                            # benchmark twice (a first and a rerun) as DEADLINE allows
 #   bash bench/gpu_e2e.sh RESULTS real-x2    # the same on every GPU of a 2+-GPU machine (data-parallel servers)
 #   bash bench/gpu_e2e.sh RESULTS offline    # eagle3 run configs/h200-tiny.yaml (rerun it to resume)
 #   bash bench/gpu_e2e.sh RESULTS online     # eagle3 run configs/h200-tiny-online.yaml (phase 1 reused)
@@ -225,6 +228,7 @@ record() {
     --run shipped="$REPO/runs/h200-smollm2-shipped" --config shipped="$REPO/configs/.h200-smollm2-shipped.yaml" \
     --run real="$REPO/runs/h200-smollm2" --config real="$REPO/configs/h200-smollm2.yaml" \
     --run ksweep="$REPO/runs/h200-smollm2-ksweep" --config ksweep="$REPO/configs/.h200-smollm2-ksweep.yaml" \
+    --run qwen-ksweep="$REPO/runs/h200-qwen-coder-ksweep" --config qwen-ksweep="$REPO/configs/.h200-qwen-coder-ksweep.yaml" \
     --run real-x2="$REPO/runs/h200x2-smollm2" --config real-x2="$REPO/configs/.h200x2-smollm2.yaml" \
     $(for d in "$REPO"/runs/h200-smollm2-data*; do [ -d "$d" ] && n=${d##*/} && printf -- '--run %s=%s --config %s=%s ' "$n" "$d" "$n" "$REPO/configs/.$n.yaml"; done) \
     --run offline="$REPO/runs/h200-tiny" --run online="$REPO/runs/h200-tiny-online" \
@@ -282,25 +286,31 @@ PY
     # step cost measured side by side. The
     # drafter: DRAFTER (a dir), or DRAFTER_PIECES (a dir of d.part* pieces of its model.safetensors, as
     # drafter-out brings them back, with DRAFTER_CONFIG its config.json), or the real run's trained one.
-    # A config derived from the real profile (same dir, so its relative paths hold), run dir of its own,
-    # `--only bench`: nothing upstream is needed or run.
+    # A config derived from PROFILE (configs/PROFILE.yaml, default h200-smollm2; same dir, so its relative paths
+    # hold), run dir of its own, `--only bench --force bench`: nothing upstream is needed or run, and a second
+    # sweep of the same config is a rerun judged against the first (the run dir's bench history).
     if [ -n "${DRAFTER_PIECES:-}" ]; then
       DRAFTER="$REPO/runs/carried-drafter"; mkdir -p "$DRAFTER"
-      cat "$DRAFTER_PIECES"/d.part* > "$DRAFTER/model.safetensors" && cp "${DRAFTER_CONFIG:?}" "$DRAFTER/config.json" || exit 1
-      prov="$(dirname "$DRAFTER_CONFIG")/eagle3-provenance.json"  # what it was trained on, for the record's labels
-      [ -f "$prov" ] && cp "$prov" "$DRAFTER/"
+      if [ ! -s "$DRAFTER/model.safetensors" ]; then  # once: a rerun serves the very files the first run served
+        cat "$DRAFTER_PIECES"/d.part* > "$DRAFTER/model.safetensors" && cp "${DRAFTER_CONFIG:?}" "$DRAFTER/config.json" || exit 1
+        sums="$(dirname "$DRAFTER_CONFIG")/model.safetensors.sha256"  # as the machine that trained it wrote it
+        [ ! -f "$sums" ] || (cd "$DRAFTER" && sha256sum -c "$sums") || { rm -f "$DRAFTER/model.safetensors"; exit 1; }
+        prov="$(dirname "$DRAFTER_CONFIG")/eagle3-provenance.json"  # what it was trained on, for the record's labels
+        [ -f "$prov" ] && cp "$prov" "$DRAFTER/"
+      fi
     fi
-    PYTHONPATH="$PACK_PATH" python3 - "$REPO" "${KS:-1 2 4 5}" "${DRAFTER:-}" "${WINDOWS:-3}" "${CONC:-1}" <<'PY' || exit 1
+    profile=${PROFILE:-h200-smollm2}
+    PYTHONPATH="$PACK_PATH" python3 - "$REPO" "${KS:-1 2 4 5}" "${DRAFTER:-}" "${WINDOWS:-3}" "${CONC:-1}" "$profile" <<'PY' || exit 1
 import json, math, sys
 from pathlib import Path
 from eagle3.safe_yaml import load as load_yaml
 import yaml
 repo, ks, drafter = Path(sys.argv[1]), [int(k) for k in sys.argv[2].split()], sys.argv[3]
-windows, cs = int(sys.argv[4]), [int(c) for c in sys.argv[5].split()]
-raw = load_yaml((repo / "configs/h200-smollm2.yaml").read_text(), "configs/h200-smollm2.yaml")
+windows, cs, profile = int(sys.argv[4]), [int(c) for c in sys.argv[5].split()], sys.argv[6]
+raw = load_yaml((repo / f"configs/{profile}.yaml").read_text(), f"configs/{profile}.yaml")
 if not drafter:
-    drafter = json.loads((repo / "runs/h200-smollm2/train/manifest.json").read_text())["checkpoint"]
-raw.update(name="h200-smollm2-ksweep", run_dir="../runs/h200-smollm2-ksweep")
+    drafter = json.loads((repo / f"runs/{profile}/train/manifest.json").read_text())["checkpoint"]
+raw.update(name=f"{profile}-ksweep", run_dir=f"../runs/{profile}-ksweep")
 bench = raw["bench"]
 bench.pop("max_windows", None)  # exactly WINDOWS slots: a sweep's length is planned against the device time
 bench.update(drafter=drafter, drafter_trained=True, num_speculative_tokens=ks, rounds=1, windows=windows, concurrency=cs,
@@ -308,11 +318,11 @@ bench.update(drafter=drafter, drafter_trained=True, num_speculative_tokens=ks, r
 share = math.floor(90 / (len(ks) + 2)) / 100  # every server of the round at once, within 0.9 of the GPU
 args = bench["server"]["extra_args"]
 args[args.index("--gpu-memory-utilization") + 1] = str(share)
-(repo / "configs/.h200-smollm2-ksweep.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
-print(f"ksweep: k {ks}, drafter {drafter}, {len(ks) + 2} servers at {share} of the GPU each, {windows} windows, "
-      f"concurrency {cs}")
+(repo / f"configs/.{profile}-ksweep.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+print(f"ksweep: {profile}, k {ks}, drafter {drafter}, {len(ks) + 2} servers at {share} of the GPU each, "
+      f"{windows} windows, concurrency {cs}")
 PY
-    run_config "$REPO/configs/.h200-smollm2-ksweep.yaml" "$RESULTS/run-ksweep.log" --only bench; rc=$? ;;
+    run_config "$REPO/configs/.$profile-ksweep.yaml" "$RESULTS/run-ksweep.log" --only bench --force bench; rc=$? ;;
   handoff)
     # The handoff bench alone, for a device budget too short for setup (it needs no engine): the pack's
     # wheels only, carried as .carry/pack-deps (~38 MB, beside the tree in one command), or PACK_DEPS.
@@ -400,6 +410,30 @@ PY
     done
     [ -z "${SHIPPED_FIRST:-}" ] && [ "$(left)" -gt 100 ] && handoff_bench
     event "\"ended\": true, \"rc\": $rc"
+    ;;
+  rerun-session)
+    # Issue 54's reruns on a GPU, then issue 53's second window of a Qwen drafter already trained, in one device
+    # session (DEADLINE: epoch seconds). Once `setup` is done: SHIPPED_RUNS (default 4) runs of the shipped
+    # SmolLM2 drafter's benchmark in one run dir, each judged against those before it (a failed one is a false
+    # alarm: its rc is in events.jsonl, and the next still runs); the handoff bench; then, when QPIECES Qwen
+    # pieces and DRAFTER_PIECES (with DRAFTER_CONFIG) were carried, the Qwen target (made in the background
+    # meanwhile) and that drafter's benchmark, QWEN_RUNS times (default 2: a first and a rerun) as time allows.
+    [ -n "${QPIECES:-}" ] && { qwen_model > "$RESULTS/qwen-model.out" 2>&1 & qpid=$!; }
+    until grep -qs '"step": "setup", "ok"' "$RESULTS/events.jsonl" || [ "$(left)" -lt 300 ]; do sleep 2; done
+    rc=0 shipped=0 q=0
+    while [ "$shipped" -lt "${SHIPPED_RUNS:-4}" ] && [ "$(left)" -gt 330 ]; do
+      shipped_rerun || rc=1
+      shipped=$((shipped + 1))
+    done
+    [ "$(left)" -gt 150 ] && handoff_bench
+    if [ -n "${qpid:-}" ] && wait "$qpid"; then
+      while [ "$q" -lt "${QWEN_RUNS:-2}" ] && [ "$(left)" -gt 420 ]; do
+        PROFILE=h200-qwen-coder KS="${QWEN_KS:-3}" CONC="${QWEN_CONC:-1 4}" BUDGET_S=$(( $(left) - 120 )) \
+          sampled "$REPO/runs/h200-qwen-coder-ksweep" bash "$0" "$RESULTS" ksweep || rc=1
+        q=$((q + 1))
+      done
+    fi
+    event "\"ended\": true, \"rc\": $rc, \"shipped_runs\": $shipped, \"qwen_runs\": $q"
     ;;
   data-session)
     # Issue 36's data lever in one device session: the real profile on more of its prompts (DATA_SAMPLES of

@@ -12,7 +12,7 @@ LIMIT=${3:?usage: gpu_wait.sh RESULTS STEP SECONDS}
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 # A step ends with its run's event; `session` runs several and ends with its own.
 PATTERN="\"step\": \"$STEP\", \"config\""
-case "$STEP" in session|sweep-session|data-session|measure-session|qwen-session) PATTERN="\"step\": \"$STEP\", \"ended\"" ;; esac
+case "$STEP" in session|sweep-session|data-session|measure-session|qwen-session|rerun-session) PATTERN="\"step\": \"$STEP\", \"ended\"" ;; esac
 ended() { grep -qs "$PATTERN" "$RESULTS/events.jsonl"; }
 while ! ended && [ "$SECONDS" -lt "$LIMIT" ]; do
   sleep 10
