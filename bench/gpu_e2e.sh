@@ -41,9 +41,13 @@
 # /tmp/e2e-site), BUDGET_S (seconds `eagle3 run` may take in this command; it is
 # then stopped with SIGTERM, as a scheduler would, and the next `offline` resumes where it stopped).
 set -uo pipefail
-RESULTS=${1:?usage: gpu_e2e.sh RESULTS setup|real|offline|online|record}
+: "${1:?usage: gpu_e2e.sh RESULTS setup|real|offline|online|record}"
 STEP=${2:?usage: gpu_e2e.sh RESULTS setup|real|offline|online|record}
 REPO=$(cd "$(dirname "$0")/.." && pwd)
+# `python3 -m` puts the working directory first on sys.path: run from REPO, so a step started from the tree
+# the device commands re-copy still imports the pack from REPO (on 2026-12-06 two runs started from a private
+# copy failed with ModuleNotFoundError while a carry re-copied the tree they had been started in).
+mkdir -p "$1" && RESULTS=$(cd "$1" && pwd) && cd "$REPO" || exit 1
 STAGE=${STAGE:-/tmp/stage}
 VLLM_DEPS=${VLLM_DEPS:-$([ -d "$STAGE/vllm-deps" ] || [ -f "$STAGE/piece00" ] && echo "$STAGE/vllm-deps" || echo "$REPO/.carry/vllm/deps")}
 SITE=${SITE:-/tmp/e2e-site}
@@ -219,7 +223,7 @@ shipped_rerun() {  # one benchmark rerun of the drafter the pack ships for SmolL
       --set 'bench.concurrency=[1]' --set bench.windows=3 --set bench.max_windows=3 --set bench.num_prompts=32 \
       > /dev/null || return 1
   fi
-  BUDGET_S=$(( $(left) - 120 )) run_config "$cfg" "$RESULTS/run-shipped.log" --only bench --force bench
+  BUDGET_S=$(( $(left) - ${SHIPPED_RESERVE_S:-120} )) run_config "$cfg" "$RESULTS/run-shipped.log" --only bench --force bench
 }
 
 record() {
@@ -336,7 +340,7 @@ PY
     sampled "$REPO/runs/h200-smollm2" run_config "$REPO/configs/h200-smollm2.yaml" "$RESULTS/run-real.log"; rc=$?
     # The trained drafter first: on 2026-12-05 the machine was lost during the handoff bench, and with it
     # the drafter that only this step brings back.
-    bash "$0" "$RESULTS" drafter-out > "$RESULTS/drafter-out.log" 2>&1
+    bash "$REPO/bench/gpu_e2e.sh" "$RESULTS" drafter-out > "$RESULTS/drafter-out.log" 2>&1
     # The run's Prefect server's own start and the engines' imports, timed apart (run6's CPU samples put the
     # server at ~5 s; the 37-41 s once put down to it were the engine probes): the probe ran last on
     # 2026-12-05 and the machine was lost before it.
@@ -385,7 +389,7 @@ PY
         --token-freq "$qrun/extract/prepared/token_freq.pt" --sizes 8192,16384,32768,65536,151936 \
         --out "$RESULTS/draft-vocab-coverage.json" > "$RESULTS/draft-vocab-coverage.log" 2>&1
       [ "${DRAFTER_BACK:-1}" = 1 ] &&
-        DRAFTER_RUN="$qrun" DRAFTER_OUT=drafter-qwen bash "$0" "$RESULTS" drafter-out > "$RESULTS/drafter-out.log" 2>&1
+        DRAFTER_RUN="$qrun" DRAFTER_OUT=drafter-qwen bash "$REPO/bench/gpu_e2e.sh" "$RESULTS" drafter-out > "$RESULTS/drafter-out.log" 2>&1
       # The servers (each k, the baseline, its twin) start side by side in ~60 s + 15 s each, a slot takes
       # ~22 s a server (concurrency 1 and 4), 200 s are kept to bring the files back: as many slots as fit,
       # up to the profile's 3 (+1 while a speedup is undecided).
@@ -421,7 +425,7 @@ PY
     [ -n "${QPIECES:-}" ] && { qwen_model > "$RESULTS/qwen-model.out" 2>&1 & qpid=$!; }
     until grep -qs '"step": "setup", "ok"' "$RESULTS/events.jsonl" || [ "$(left)" -lt 300 ]; do sleep 2; done
     rc=0 shipped=0 q=0
-    while [ "$shipped" -lt "${SHIPPED_RUNS:-4}" ] && [ "$(left)" -gt 330 ]; do
+    while [ "$shipped" -lt "${SHIPPED_RUNS:-4}" ] && [ "$(left)" -gt "${SHIPPED_MIN_S:-330}" ]; do
       shipped_rerun || rc=1
       shipped=$((shipped + 1))
     done
@@ -429,7 +433,7 @@ PY
     if [ -n "${qpid:-}" ] && wait "$qpid"; then
       while [ "$q" -lt "${QWEN_RUNS:-2}" ] && [ "$(left)" -gt 420 ]; do
         PROFILE=h200-qwen-coder KS="${QWEN_KS:-3}" CONC="${QWEN_CONC:-1 4}" BUDGET_S=$(( $(left) - 120 )) \
-          sampled "$REPO/runs/h200-qwen-coder-ksweep" bash "$0" "$RESULTS" ksweep || rc=1
+          sampled "$REPO/runs/h200-qwen-coder-ksweep" bash "$REPO/bench/gpu_e2e.sh" "$RESULTS" ksweep || rc=1
         q=$((q + 1))
       done
     fi
@@ -451,13 +455,13 @@ PY
       --set bench.windows=3 --set bench.max_windows=3 --set "bench.concurrency=[$(echo ${BENCH_CONC:-1 4} | tr ' ' ,)]" \
       ${BENCH_SCHEDULE:+--set bench.schedule=$BENCH_SCHEDULE} > /dev/null || exit 1
     sampled "$REPO/runs/$data" run_config "$REPO/configs/.$data.yaml" "$RESULTS/run-data.log"; rc=$?
-    DRAFTER_RUN="$REPO/runs/$data" bash "$0" "$RESULTS" drafter-out > "$RESULTS/drafter-out.log" 2>&1
+    DRAFTER_RUN="$REPO/runs/$data" bash "$REPO/bench/gpu_e2e.sh" "$RESULTS" drafter-out > "$RESULTS/drafter-out.log" 2>&1
     ckpt=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["checkpoint"])' \
       "$REPO/runs/$data/train/manifest.json" 2>/dev/null)
     # Without a drafter (the run failed before training: on 2026-12-05 the preflight refused it and the
     # probe was skipped) the probe still measures the A/A pair.
-    [ "$(left)" -gt 300 ] && DRAFTER="$ckpt" bash "$0" "$RESULTS" alternation > "$RESULTS/alternation.out" 2>&1
-    [ "$(left)" -gt 240 ] && bash "$0" "$RESULTS" client > "$RESULTS/client.out" 2>&1
+    [ "$(left)" -gt 300 ] && DRAFTER="$ckpt" bash "$REPO/bench/gpu_e2e.sh" "$RESULTS" alternation > "$RESULTS/alternation.out" 2>&1
+    [ "$(left)" -gt 240 ] && bash "$REPO/bench/gpu_e2e.sh" "$RESULTS" client > "$RESULTS/client.out" 2>&1
     [ "$(left)" -gt 90 ] && startup_probe
     event "\"ended\": true, \"rc\": $rc, \"run\": \"$data\""
     ;;
@@ -486,8 +490,8 @@ PY
     # A session too short for a pipeline run (~10 min of steps): no drafter is trained. Most important first,
     # each part only if DEADLINE leaves it the time it needs: issue 37's alternation probe on the A/A pair;
     # issue 39's data-generation client against `vllm bench serve`; the handoff bench; the startup probe.
-    bash "$0" "$RESULTS" alternation > "$RESULTS/alternation.out" 2>&1; rc=$?
-    [ "$(left)" -gt 240 ] && bash "$0" "$RESULTS" client > "$RESULTS/client.out" 2>&1
+    bash "$REPO/bench/gpu_e2e.sh" "$RESULTS" alternation > "$RESULTS/alternation.out" 2>&1; rc=$?
+    [ "$(left)" -gt 240 ] && bash "$REPO/bench/gpu_e2e.sh" "$RESULTS" client > "$RESULTS/client.out" 2>&1
     [ "$(left)" -gt 90 ] && handoff_bench
     [ "$(left)" -gt 90 ] && startup_probe
     event "\"ended\": true, \"rc\": $rc"
@@ -499,7 +503,7 @@ PY
     # rounds; where imports spend a start's time (bench/startup_probe.py). Each part after the sweep runs only
     # if DEADLINE (epoch seconds) leaves it the time it needs.
     sampled "$REPO/runs/h200-smollm2-ksweep" env BUDGET_S=$(( $(left) - ${SWEEP_RESERVE_S:-150} )) \
-      bash "$0" "$RESULTS" ksweep; rc=$?
+      bash "$REPO/bench/gpu_e2e.sh" "$RESULTS" ksweep; rc=$?
     if [ "$rc" = 0 ] && [ "$(left)" -gt 60 ]; then
       BUDGET_S=90 run_config "$REPO/configs/.h200-smollm2-ksweep.yaml" "$RESULTS/run-rerun.log" --only bench
     fi
