@@ -52,7 +52,6 @@ STAGE=${STAGE:-/tmp/stage}
 VLLM_DEPS=${VLLM_DEPS:-$([ -d "$STAGE/vllm-deps" ] || [ -f "$STAGE/piece00" ] && echo "$STAGE/vllm-deps" || echo "$REPO/.carry/vllm/deps")}
 SITE=${SITE:-/tmp/e2e-site}
 BUDGET_S=${BUDGET_S:-480}
-mkdir -p "$RESULTS"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export EAGLE3_PROGRESS_INTERVAL_S=${EAGLE3_PROGRESS_INTERVAL_S:-15}
 # The pack runs on the machine's python3 with its own dependencies; the engine wrappers below run the
