@@ -24,8 +24,8 @@ SMOKED = {"datagen_vs_vllm_bench.py", "datagen_client_split.py", "handoff_bench.
           "startup_probe.py", "modelinfo_share_bench.py", "side_by_side_bench.py", "drafter_acceptance.py",
           "draft_vocab_coverage.py", "derive_profile.py", "alternation_probe.py", "pack_aa_bench.py",
           "idle_ttft_probe.py", "rerun_alarms.py", "epoch_lever.py"}  # derive_profile: tests/bench/test_derive_profile.py; fanout_bench: tests/flows/test_fanout.py, on that test's two nodes
-SHELL = {"gpu_carry.sh", "gpu_e2e.sh", "gpu_pack_deps.sh", "gpu_sglang.sh", "gpu_sglang_deps.sh", "gpu_wait.sh",
-         "run_on_gpu.sh"}
+SHELL = {"gpu_carry.sh", "gpu_e2e.sh", "gpu_fetch.sh", "gpu_pack_deps.sh", "gpu_put.sh", "gpu_sglang.sh",
+         "gpu_sglang_deps.sh", "gpu_wait.sh", "run_on_gpu.sh"}
 engine = [pytest.mark.slow, pytest.mark.engine]
 
 
@@ -48,6 +48,45 @@ def test_the_shell_scripts_parse_and_print_their_usage(name):
     if name != "run_on_gpu.sh":  # it takes no arguments: it runs the GPU tests at once
         res = subprocess.run(["bash", str(path)], capture_output=True, text=True, timeout=30, cwd=REPO)
         assert res.returncode != 0 and "usage" in res.stderr, res.stderr
+
+
+def _sh(name: str, *args, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(REPO / "bench" / name), *map(str, args)], capture_output=True, text=True,
+                          timeout=60, **kw)
+
+
+def test_gpu_put_makes_its_folder_and_leaves_no_partial_piece(tmp_path):
+    """Any carry may be the first command a fresh machine runs: the piece's folder is made by each."""
+    src = tmp_path / "piece07"
+    src.write_bytes(b"x" * 1000)
+    assert _sh("gpu_put.sh", src, tmp_path / "stage" / "drafter", "d.part07").returncode == 0
+    assert [(f.name, f.stat().st_size) for f in (tmp_path / "stage" / "drafter").iterdir()] == [("d.part07", 1000)]
+
+
+def test_gpu_fetch_refuses_a_missing_results_dir_and_sends_each_drafter_piece_once(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    res = _sh("gpu_fetch.sh", tmp_path / "gone", out)
+    assert res.returncode == 1 and "no " in res.stderr and not any(out.iterdir())
+    results = tmp_path / "e2e"
+    (results / "drafter-qwen").mkdir(parents=True)
+    (results / "events.jsonl").write_text("{}\n")
+    for i in range(5):
+        (results / "drafter-qwen" / f"model.safetensors.part{i:02d}").write_bytes(b"w" * 10)
+    sent = []
+    for _ in range(2):  # the drafter is not whole yet (no sha256): nothing of it is sent
+        assert _sh("gpu_fetch.sh", results, out).returncode == 0
+        sent.append(sorted(f.name for f in out.iterdir() if f.name != "rec.tgz"))
+    (results / "drafter-qwen" / "model.safetensors.sha256").write_text("abc  model.safetensors\n")
+    for _ in range(3):
+        for f in out.iterdir():
+            f.unlink()
+        assert _sh("gpu_fetch.sh", results, out).returncode == 0
+        sent.append(sorted(f.name for f in out.iterdir() if f.name != "rec.tgz"))
+    parts = [f"model.safetensors.part{i:02d}" for i in range(5)]
+    assert sent == [[], [], parts[:3], parts[3:], []]
+    listing = subprocess.run(["tar", "tzf", str(out / "rec.tgz")], capture_output=True, text=True).stdout
+    assert "events.jsonl" in listing and ".part0" not in listing and ".sent" not in listing
 
 
 def test_handoff_bench_smoke():
