@@ -248,7 +248,9 @@ def test_phase_outputs_json_report_png_history(constant_run):
     for row in rows:
         if row["k"]:
             base = [r for r in rows if r["k"] == 0 and r["concurrency"] == row["concurrency"]][0]
-            assert row["speedup"] == pytest.approx(row["output_tok_s"] / base["output_tok_s"], rel=0.01)
+            # The table rounds a speedup to 3 decimals and each tok/s to 2: for the constant drafter's ~0.04x
+            # that alone can pass 1 % (CI, 2026-12-06: 0.043 against 0.0425), hence an absolute 0.001 beside it.
+            assert row["speedup"] == pytest.approx(row["output_tok_s"] / base["output_tok_s"], rel=0.01, abs=1e-3)
 
 
 @pytest.mark.slow
