@@ -1,6 +1,6 @@
 """Fan-out as the operator sees it (issue 57), for real: the session's `prefect server`, two node pools with
 real `prefect worker` processes, `eagle3 run` as the coordinator, and instant stand-in phases
-(noop_phases.SHARDED: datagen shardable, each shard reporting progress 1..4 over ~1 s).
+(noop_phases.SHARDED: datagen shardable, each shard reporting progress 1..4 over ~3 s).
 
 One story, three coordinator runs of the same config:
 1. No worker anywhere when the phase starts: said at once. Worker A comes up; the shard sent to B moves to
@@ -105,10 +105,13 @@ def test_what_the_operator_sees_of_moves_waits_progress_and_history(prefect_serv
     path.write_text(yaml.safe_dump(raw))
     run_dir = tmp_path / "run"
     layout = RunLayout(run_dir)
-    for i in (0, 1):  # each shard reports 1..4 over ~1 s: long enough for the other to wait on a busy worker
+    # Each shard reports 1..4 over ~3 s: long enough for the other to wait on a busy worker. Over ~1 s, once in
+    # four suite runs of 2026-12-06 (a newcomer `make test` beside `make demo`), no poll saw A busy while the
+    # moved shard waited on it.
+    for i in (0, 1):
         shard_dir = layout.shard_run_dir("datagen", i, 2)
         shard_dir.mkdir(parents=True)
-        (shard_dir / "knobs.json").write_text(json.dumps({"ticks": {"datagen": [4, 0.3]}}))
+        (shard_dir / "knobs.json").write_text(json.dumps({"ticks": {"datagen": [4, 0.75]}}))
     procs = []
     try:
         # 1. No worker anywhere; then A's comes up.
