@@ -14,12 +14,13 @@ DRAFTER=${3:-drafter-qwen}
 [ -d "$RESULTS" ] || { echo "gpu_fetch: no $RESULTS on this machine (a fresh one? its /tmp went with the last)" >&2; exit 1; }
 cd "$RESULTS"
 tar czf "$OUT/rec.tgz" --exclude='*.part[0-9]*' --exclude=.sent .
-mkdir -p .sent
+marks=".sent/$DRAFTER"  # one folder of marks per drafter: two drafters' pieces share their names
+mkdir -p "$marks"
 sent=0
 if [ -f "$DRAFTER/model.safetensors.sha256" ] && [ ! -e "$DRAFTER/model.safetensors" ]; then
   for piece in "$DRAFTER"/model.safetensors.part[0-9]*; do
-    [ -f "$piece" ] && [ ! -e ".sent/${piece##*/}" ] && [ "$sent" -lt 3 ] || continue
-    cp "$piece" "$OUT/" && touch ".sent/${piece##*/}" && sent=$((sent + 1))
+    [ -f "$piece" ] && [ ! -e "$marks/${piece##*/}" ] && [ "$sent" -lt 3 ] || continue
+    cp "$piece" "$OUT/" && touch "$marks/${piece##*/}" && sent=$((sent + 1))
   done
 fi
-echo "gpu_fetch: rec.tgz and $sent drafter pieces; $(ls .sent | wc -l) of $(ls "$DRAFTER"/model.safetensors.part[0-9]* 2>/dev/null | wc -l) sent in all"
+echo "gpu_fetch: rec.tgz and $sent drafter pieces; $(ls "$marks" | wc -l) of $(ls "$DRAFTER"/model.safetensors.part[0-9]* 2>/dev/null | wc -l) sent in all"
