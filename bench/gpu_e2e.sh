@@ -383,10 +383,12 @@ PY
     done
     if [ "$rc" = 0 ]; then
       # The draft vocabulary as a lever: its coverage of the target's answers to the validation prompts, by size.
+      # On the CPU beside the drafter's return and the benchmark: the benchmark's slots are sized by the time left.
       timeout 120 "$REPO/.gpu-engine/bin/python" "$REPO/bench/draft_vocab_coverage.py" --samples "$qrun/datagen/samples.jsonl" \
         --train-manifest "$qrun/train/manifest.json" --drafter "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["checkpoint"])' "$qrun/train/manifest.json")" \
         --token-freq "$qrun/extract/prepared/token_freq.pt" --sizes 8192,16384,32768,65536,151936 \
-        --out "$RESULTS/draft-vocab-coverage.json" > "$RESULTS/draft-vocab-coverage.log" 2>&1
+        --out "$RESULTS/draft-vocab-coverage.json" > "$RESULTS/draft-vocab-coverage.log" 2>&1 &
+      coverage=$!
       [ "${DRAFTER_BACK:-1}" = 1 ] &&
         DRAFTER_RUN="$qrun" DRAFTER_OUT=drafter-qwen bash "$REPO/bench/gpu_e2e.sh" "$RESULTS" drafter-out > "$RESULTS/drafter-out.log" 2>&1
       # The servers (each k, the baseline, its twin) start side by side in ~60 s + 15 s each, a slot takes
@@ -412,6 +414,7 @@ PY
       shipped=$((shipped + 1))
     done
     [ -z "${SHIPPED_FIRST:-}" ] && [ "$(left)" -gt 100 ] && handoff_bench
+    [ -n "${coverage:-}" ] && wait "$coverage"
     event "\"ended\": true, \"rc\": $rc"
     ;;
   rerun-session)
