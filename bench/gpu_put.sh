@@ -4,7 +4,7 @@
 # half-written one. On 2026-12-06 19:50 the first command of a session (the only one that made /tmp/stage)
 # was refused while the machine started; every later piece failed and ~15 min of device time went by.
 #
-#   bash bench/gpu_put.sh .carry/bundle19/piece00 /tmp/stage [NAME]   # -> /tmp/stage/NAME (default: the file's name)
+#   bash bench/gpu_put.sh .carry/bundle/piece00 /tmp/stage [NAME]   # -> /tmp/stage/NAME (default: the file's name)
 set -euo pipefail
 SRC=${1:?usage: gpu_put.sh PIECE DIR [NAME]}
 DIR=${2:?usage: gpu_put.sh PIECE DIR [NAME]}
