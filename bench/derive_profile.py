@@ -17,8 +17,6 @@ import copy
 import sys
 from pathlib import Path
 
-import yaml
-
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
@@ -53,7 +51,7 @@ def derive(base: Path, name: str, sets: list[str]) -> Path:
     # parse_config resolves paths in the mapping it is given: the file keeps the base's relative ones
     parse_config(copy.deepcopy(raw), base.resolve().parent, source=f"{out} (derived from {base})", check_files=False)
     atomic_write_text(out, f"# Derived from {base.name} by bench/derive_profile.py: {' '.join(sets) or 'name only'}\n"
-                      + yaml.safe_dump(raw, sort_keys=False))
+                      + safe_yaml.dump(raw))
     return out
 
 

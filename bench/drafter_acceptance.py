@@ -30,10 +30,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-import yaml  # noqa: E402
 
 from eagle3.fsio import atomic_write_json  # noqa: E402
-from eagle3.safe_yaml import load as load_yaml  # noqa: E402
+from eagle3.safe_yaml import dump as dump_yaml, load as load_yaml  # noqa: E402
 from tests.ports import free_port  # noqa: E402
 
 BASE = REPO / "configs" / "smollm2-cpu.yaml"
@@ -88,7 +87,7 @@ def main() -> int:
     base = free_port(tuple(range(3 + len(args.ks) + 1)))  # datagen, extract, then the bench's servers
     for i, section in enumerate(("datagen", "extract", "bench")):
         raw[section]["server"]["port"] = base + i
-    CONFIG.write_text(yaml.safe_dump(raw, sort_keys=False))
+    CONFIG.write_text(dump_yaml(raw))
     run_dir = REPO / "runs" / "smollm2-cpu-drafter-acceptance"
     shutil.rmtree(run_dir / "bench", ignore_errors=True)  # a fresh measurement every time
     rc = subprocess.call([str(REPO / ".venv" / "bin" / "eagle3"), "run", str(CONFIG), "--only", "bench", "--force",

@@ -107,6 +107,22 @@ BoundedLoader.yaml_constructors = {tag: fn for tag, fn in yaml.SafeLoader.yaml_c
 BoundedLoader.add_constructor("tag:yaml.org,2002:int", BoundedLoader.construct_yaml_int)
 
 
+class _AgreeingDumper(yaml.SafeDumper):
+    """PyYAML's SafeDumper quotes a string only where its own resolvers would read it as something else,
+    and those are not this loader's: `0111906805729804` (a fingerprint of hex digits that happen to be
+    all decimal) went out plain and came back as the float 111906805729804.0, and a pinned config's run
+    then named every phase changed. Dumping with this loader's resolvers quotes what it would misread."""
+
+
+_AgreeingDumper.yaml_implicit_resolvers = {first: list(resolvers)
+                                           for first, resolvers in BoundedLoader.yaml_implicit_resolvers.items()}
+
+
+def dump(data: object) -> str:
+    """`data` as YAML that `load` reads back equal (plain strings, numbers, booleans, lists, mappings)."""
+    return yaml.dump(data, Dumper=_AgreeingDumper, sort_keys=False, allow_unicode=True)
+
+
 def load(text: str, source: str) -> object:
     """The single document of `text`; ConfigError naming `source`, line and column otherwise."""
     try:

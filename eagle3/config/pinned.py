@@ -16,9 +16,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
-from .. import owned, phase_table
+from .. import owned, phase_table, safe_yaml
 from ..errors import echo
 from ..fsio import atomic_write_text
 from .loading import (PINNED, load_config, parse_mapping, read_config_bytes, read_mapping, remember,
@@ -64,7 +62,7 @@ def pin(config_path: Path | str, run_id: str, check_files: bool = True) -> Pinne
     changes = changed(previous, body, fingerprints) if previous else []
     header = {"schema": SCHEMA, "source": str(path.resolve()), "run_id": run_id, "pinned_at": time.time(),
               "fingerprints": fingerprints}
-    text = yaml.safe_dump({PINNED: header, "config": body}, sort_keys=False, allow_unicode=True)
+    text = safe_yaml.dump({PINNED: header, "config": body})
     atomic_write_text(target, text)
     os.chmod(target, 0o600)  # it may hold an inline api_key, as the YAML it copies does
     remember(target, text.encode(), cfg, check_files)  # every reader of the copy in this process: this model

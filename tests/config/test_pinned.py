@@ -9,8 +9,8 @@ import stat
 import pytest
 import yaml
 
-from eagle3 import phase_table
-from eagle3.config import load_config
+from eagle3 import phase_table, safe_yaml
+from eagle3.config import PipelineConfig, load_config
 from eagle3.config.pinned import is_pinned, pin
 from eagle3.errors import ConfigError
 from tests.conftest import write_tiny_config
@@ -20,7 +20,7 @@ def edit(path, **sections) -> None:
     raw = yaml.safe_load(path.read_text())
     for section, values in sections.items():
         raw.setdefault(section, {}).update(values)
-    path.write_text(yaml.safe_dump(raw))
+    path.write_text(safe_yaml.dump(raw))
 
 
 def test_the_pinned_copy_is_the_same_config_read_from_anywhere(tmp_path, monkeypatch):
@@ -61,6 +61,19 @@ def test_a_new_run_names_the_changed_fingerprints_and_keys_but_no_secret(tmp_pat
     assert "train.epochs: 1 -> 4" in changes[0]
     assert "bench.server.api_key: changed" in changes[1] and "s3cret" not in " ".join(changes)
     assert pin(path, "run-3").changes == [], "nothing changed since run-2"
+
+
+def test_strings_the_loader_reads_as_numbers_come_back_as_strings(tmp_path, monkeypatch):
+    # The pack's loader reads `0111906805729804` as a float, as YAML 1.1 does; PyYAML's own dumper wrote it
+    # plain. A fingerprint is 16 hex digits, all of them decimal about once in 1,800: on 2026-12-07 CI's run
+    # saw such a fingerprint come back as 111906805729804.0, and the next run named every phase changed.
+    write_tiny_config(tmp_path)
+    path = tmp_path / "config.yaml"
+    edit(path, target={"served_name": "0123456789"})
+    monkeypatch.setattr(PipelineConfig, "fingerprint", lambda self, section=None: "0111906805729804")
+    first = pin(path, "run-1")
+    assert load_config(first.path).target.served_name == "0123456789"
+    assert pin(path, "run-2").changes == [], "the same config, the same fingerprints"
 
 
 def test_a_broken_pinned_copy_is_refused_naming_it(tmp_path):
