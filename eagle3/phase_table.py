@@ -133,11 +133,11 @@ PIPELINE: tuple[Phase, ...] = (
                "checkpoint.",
           keeps="the trainer saves interrupted/ within train.stop_grace_s; rerun to resume from it"),
     Phase("bench", "train", _S + "bench:run_bench",
-          "results.json, report.md, bench.png: baseline vs speculative decoding",
+          "results.json, report.md: baseline vs speculative decoding",
           settings=_S + "bench_settings:Bench", outputs=(layout.BENCH_RESULTS, layout.BENCH_REPORT), server=True,
           report=layout.BENCH_REPORT, publish="tasks.bench_artifacts:publish_bench_artifacts",
           help="Phase 4 alone: baseline vs target + drafter for each k, on held-out prompts; writes results.json, "
-               "report.md, bench.png and a copy in bench-history/. Exit 1 if a trained drafter fails the "
+               "report.md and a copy in bench-history/. Exit 1 if a trained drafter fails the "
                "acceptance gate.",
           keeps="finished server runs are kept in bench/servers/; a rerun reuses them"),
 )

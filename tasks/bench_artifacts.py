@@ -3,16 +3,12 @@ summary (eagle3.phases.bench.run_bench) and its report; this only publishes it.
 
 Call `publish_bench_artifacts(cfg.name, summary)` inside a task or flow run (artifacts need a
 run context). The flow does, after the bench phase, whether the phase ran or came from the cache.
-
-The plot is embedded in the report artifact as a base64 `data:image/png` URI: the UI is opened on
-another machine than the GPU node, where a `file://` link leads nowhere. Prefect 3.9's UI renders
-such images in markdown artifacts (its markdown renderer lets `data:image/` through as an img src).
+The report's text itself goes into the artifact: the UI is opened on another machine than the GPU
+node, where a `file://` link leads nowhere.
 """
 
 from __future__ import annotations
 
-import base64
-import re
 from pathlib import Path
 
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
@@ -35,26 +31,16 @@ def table_rows(summary: dict) -> list[dict]:
     return rows
 
 
-def plot_data_uri(plot: Path) -> str | None:
-    try:
-        return "data:image/png;base64," + base64.b64encode(plot.read_bytes()).decode("ascii")
-    except OSError:
-        return None
-
-
-def report_markdown(summary: dict, report_key: str = "report", plot_key: str = "plot") -> str:
-    """The phase's report.md (or trend.md) with its plot embedded; the node's paths follow as plain text."""
-    report, plot = Path(summary[report_key]), Path(summary[plot_key])
+def report_markdown(summary: dict, report_key: str = "report") -> str:
+    """The phase's report.md (or trend.md); the node's paths follow as plain text."""
+    report = Path(summary[report_key])
     text = report.read_text() if report.is_file() else f"(report {report} is missing)\n"
-    uri = plot_data_uri(plot)
-    image = re.compile(r"!\[([^\]]*)\]\(" + re.escape(plot.name) + r"\)")
-    text = image.sub(lambda m: f"![{m.group(1)}]({uri})" if uri else f"(plot {plot} is missing)", text)
-    return text + f"\nOn the node: plot `{plot}` · results `{summary['results']}`\n"
+    return text + f"\nOn the node: report `{report}` · results `{summary['results']}`\n"
 
 
 def publish_bench_artifacts(name: str, summary: dict) -> dict:
-    """Table (one row per server and concurrency) and the markdown report with the plot (the bench
-    row's `publish`); nothing for a summary without results (a stand-in bench phase in tests)."""
+    """Table (one row per server and concurrency) and the markdown report (the bench row's `publish`);
+    nothing for a summary without results (a stand-in bench phase in tests)."""
     if not summary.get("results"):
         return {}
     drafter = "trained" if summary["trained"] else "UNTRAINED"
@@ -63,11 +49,11 @@ def publish_bench_artifacts(name: str, summary: dict) -> dict:
                                        description=f"{name}: speculative decoding vs baseline "
                                                    f"(gate: {summary['gate']}, drafter {drafter})"),
         "report": create_markdown_artifact(markdown=report_markdown(summary), key=artifact_key(name, "bench", "report"),
-                                           description=f"{name}: benchmark report with throughput, TPOT and "
-                                                       "per-position acceptance plots"),
+                                           description=f"{name}: benchmark report: speedups with their intervals, "
+                                                       "acceptance per position, the gates and the watch"),
     }
     if summary.get("trend"):  # the history's trend: acceptance length and speedup per k over the runs
-        ids["trend"] = create_markdown_artifact(markdown=report_markdown(summary, "trend", "trend_plot"),
+        ids["trend"] = create_markdown_artifact(markdown=report_markdown(summary, "trend"),
                                                 key=artifact_key(name, "bench", "trend"),
                                                 description=f"{name}: acceptance length and speedup per k over "
                                                             "every benchmark run of this run dir")

@@ -272,11 +272,11 @@ def test_the_bench_phase_fails_on_a_regression_naming_the_change(recorded, tmp_p
     assert "**Compared with history** (drafter regression)" in paths.report.read_text()
     assert len(list(paths.history.glob("*.json"))) == 2  # the failed run is in the history too
     trend = paths.trend.read_text()
-    assert "| 2 |" in trend and "drafter regression |" in trend and paths.trend_plot.read_bytes().startswith(b"\x89PNG")
+    assert "| 2 |" in trend and "drafter regression |" in trend
 
 
 def test_the_trend_of_the_recorded_history_is_the_one_in_the_readme(recorded):
-    from eagle3.bench.trend import markdown, plot_png, trend_rows
+    from eagle3.bench.trend import markdown, trend_rows
 
     rows = trend_rows(recorded)
     assert [(r["run"], r["k"], r["watch"]) for r in rows] == [(1, 1, "first"), (1, 3, "first"), (2, 1, "stable"),
@@ -284,7 +284,6 @@ def test_the_trend_of_the_recorded_history_is_the_one_in_the_readme(recorded):
     readme = (Path(__file__).resolve().parents[1] / "docs" / "benchmark.md").read_text()
     table = [line for line in markdown(rows).splitlines() if line.startswith("|")]
     assert len(table) == 6 and all(line in readme for line in table)
-    assert plot_png(rows).startswith(b"\x89PNG")
 
 
 def test_the_target_is_the_same_wherever_its_dir_lies_and_another_by_its_content(recorded, tmp_path):

@@ -22,9 +22,7 @@ class BenchPaths:
 
     results = property(lambda self: self.dir / BENCH_RESULTS)
     report = property(lambda self: self.dir / BENCH_REPORT)
-    plot = property(lambda self: self.dir / "bench.png")
     trend = property(lambda self: self.dir / "trend.md")
-    trend_plot = property(lambda self: self.dir / "trend.png")
     servers = property(lambda self: self.dir / "servers")
     clients = property(lambda self: self.dir / "clients")
     logs = property(lambda self: self.dir / "logs")

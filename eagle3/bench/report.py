@@ -1,24 +1,23 @@
-"""The benchmark's human outputs: a markdown summary and one PNG (matplotlib, Agg: no display).
+"""The benchmark's human output: a markdown summary. No plot: its tables carry each speedup with its
+interval, which a plot of points would drop.
 
-Both are rendered from the results JSON alone, so a report can be regenerated from any file in
-bench-history/.
+Rendered from the results JSON alone, so a report can be regenerated from any file in bench-history/.
 """
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 from .gates import markdown as gates_markdown
 from .watch import markdown as watch_markdown
-from ..fsio import atomic_write_bytes, atomic_write_text
+from ..fsio import atomic_write_text
 
 
 def _f(v, nd: int = 2, suffix: str = "") -> str:
     return "—" if v is None else f"{v:.{nd}f}{suffix}"
 
 
-def markdown(results: dict, plot_name: str | None = None) -> str:
+def markdown(results: dict) -> str:
     d, p, s, gate = results["drafter"], results["prompts"], results["sampling"], results["gate"]
     trained = (d.get("status") or "trained") if d["trained"] else \
         "**UNTRAINED rehearsal checkpoint** (numbers measure the pipeline only)"
@@ -94,8 +93,6 @@ def markdown(results: dict, plot_name: str | None = None) -> str:
         lines += watch_markdown(results["watch"])
     for note in results.get("notes", []):
         lines += ["", f"Note: {note}"]
-    if plot_name:
-        lines += ["", f"![throughput, TPOT and acceptance]({plot_name})"]
     return "\n".join(lines) + "\n"
 
 
@@ -124,59 +121,5 @@ def _compared(row: dict) -> str:
     return f"{row['ratio']:.3f}{ci} | {'—' if row['agrees'] is None else ('yes' if row['agrees'] else 'no')}"
 
 
-def plot_png(results: dict) -> bytes:
-    """Throughput and TPOT vs concurrency (baseline and each k), and per-position acceptance."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # before pyplot: no display on servers and in tests
-    import matplotlib.pyplot as plt
-
-    rows = results["table"]
-    configs = list(dict.fromkeys(r["config"] for r in rows))
-    fig, (ax_tp, ax_tpot, ax_acc) = plt.subplots(1, 3, figsize=(15, 4.5))
-    for name in configs:
-        pts = sorted((r["concurrency"], r["output_tok_s"], r["mean_tpot_ms"]) for r in rows if r["config"] == name)
-        xs = [x for x, _, _ in pts]
-        style = dict(marker="o", linestyle="--" if name == "baseline" else "-", label=name)
-        ax_tp.plot(xs, [y for _, y, _ in pts], **style)
-        ax_tpot.plot(xs, [t for _, _, t in pts], **style)
-    concurrencies = sorted({r["concurrency"] for r in rows})
-    for ax, title, ylabel in ((ax_tp, "Output throughput", "tok/s"), (ax_tpot, "Time per output token", "ms")):
-        ax.set_title(title)
-        ax.set_xlabel("concurrency")
-        ax.set_ylabel(ylabel)
-        if len(concurrencies) > 1:
-            ax.set_xscale("log", base=2)
-        ax.set_xticks(concurrencies, [str(c) for c in concurrencies])
-        ax.grid(alpha=0.3)
-        ax.legend()
-    pooled = results.get("acceptance_by_k", {})
-    ks = [k for k in pooled if pooled[k] and pooled[k].get("per_position")]
-    width = 0.8 / max(1, len(ks))
-    positions = max((len(pooled[k]["per_position"]) for k in ks), default=0)
-    for i, k in enumerate(ks):
-        rates = [100 * r for r in pooled[k]["per_position"]]
-        offset = (i - (len(ks) - 1) / 2) * width  # bars of one position side by side, centred on it
-        ax_acc.bar([p + offset for p in range(len(rates))], rates, width=width,
-                   label=f"k={k} (AL {pooled[k]['acceptance_length']:.2f})")
-    ax_acc.set_xticks(range(positions), [str(p) for p in range(positions)])
-    ax_acc.set_title("Per-position acceptance (pooled over concurrencies)")
-    ax_acc.set_xlabel("draft position")
-    ax_acc.set_ylabel("% of drafts accepted")
-    ax_acc.set_ylim(0, 130)  # headroom for the legend above 100 %
-    if ks:
-        ax_acc.legend(loc="upper right", ncol=min(3, len(ks)))
-    else:
-        ax_acc.text(0.5, 0.5, "no per-position data", ha="center", va="center", transform=ax_acc.transAxes)
-    drafter = "trained" if results["drafter"]["trained"] else "UNTRAINED rehearsal"
-    fig.suptitle(f"{results['pipeline']}: {results['engine']} {results['engine_version']}, drafter {drafter}")
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
-    plt.close(fig)
-    return buf.getvalue()
-
-
-def write_report(results: dict, report_path: Path, plot_path: Path) -> None:
-    atomic_write_bytes(plot_path, plot_png(results))
-    atomic_write_text(report_path, markdown(results, plot_path.name))
+def write_report(results: dict, report_path: Path) -> None:
+    atomic_write_text(report_path, markdown(results))

@@ -1,14 +1,13 @@
 """The trend over a run dir's benchmark history (bench-history/*.json): acceptance length and
-speedup per k, one row per run, as a markdown table and a PNG. Rendered from the history files
-alone, so it can be regenerated at any time (`trend_rows` + `markdown` + `plot_png`)."""
+speedup per k, one row per run, as a markdown table with each run's watch verdict beside its figures.
+Rendered from the history files alone, so it can be regenerated at any time (`trend_rows` + `markdown`)."""
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 from .watch import read_history
-from ..fsio import atomic_write_bytes, atomic_write_text
+from ..fsio import atomic_write_text
 
 
 def trend_rows(history: list[tuple[str, dict]]) -> list[dict]:
@@ -47,35 +46,7 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot_png(rows: list[dict]) -> bytes:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax_al, ax_sp) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for k in sorted({r["k"] for r in rows}):
-        mine = [r for r in rows if r["k"] == k]
-        ax_al.plot([r["run"] for r in mine], [r["acceptance_length"] for r in mine], marker="o", label=f"k={k}")
-        for c in sorted({c for r in mine for c in r["speedup"]}, key=int):
-            ax_sp.plot([r["run"] for r in mine], [r["speedup"].get(c) for r in mine], marker="o",
-                       label=f"k={k}, c={c}")
-    ax_sp.axhline(1.0, color="grey", linestyle="--", linewidth=1)  # the baseline
-    for ax, title in ((ax_al, "Acceptance length per k"), (ax_sp, "Speedup over the baseline")):
-        ax.set_title(title)
-        ax.set_xlabel("run (oldest first)")
-        ax.grid(alpha=0.3)
-        if rows:
-            ax.legend(fontsize=8)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
-    plt.close(fig)
-    return buf.getvalue()
-
-
-def write_trend(history_dir: Path, md_path: Path, png_path: Path) -> list[dict]:
+def write_trend(history_dir: Path, md_path: Path) -> list[dict]:
     rows = trend_rows(read_history(history_dir))
-    atomic_write_bytes(png_path, plot_png(rows))
-    atomic_write_text(md_path, markdown(rows) + f"\n![trend]({png_path.name})\n")
+    atomic_write_text(md_path, markdown(rows))
     return rows

@@ -18,8 +18,7 @@ Files in the phase dir (cfg.phase_dir("bench")):
                     rerun wipes the phase dir; the history accumulates across scheduled reruns)
   report.md         markdown summary (`eagle3 run` prints it at the end), with the serve-parity gate,
                     acceptance per prompt category and the comparison with the history (benchwatch)
-  bench.png         throughput and TPOT vs concurrency, per-position acceptance
-  trend.md/.png     acceptance length and speedup per k over every run in bench-history/
+  trend.md          acceptance length and speedup per k over every run in bench-history/
   prompts.jsonl     the held-out prompts, in the load generator's dataset format (.json for SGLang)
   servers/<x>.json  one record per finished server; a retried run reuses those whose settings match
   clients/          the load generator's raw result files;  logs/  server and client logs
@@ -171,10 +170,9 @@ def run_bench(cfg: PipelineConfig, sup: Supervisor) -> PhaseSummary:
     atomic_write_json(paths.results, results)
     history = _history_path(paths, datetime.fromisoformat(results["created_at"]))
     atomic_write_json(history, results)
-    write_report(results, paths.report, paths.plot)
-    trend = write_trend(paths.history, paths.trend, paths.trend_plot)
-    details = {"results": str(paths.results), "report": str(paths.report), "plot": str(paths.plot),
-               "trend": str(paths.trend), "trend_plot": str(paths.trend_plot), "trend_rows": trend,
+    write_report(results, paths.report)
+    trend = write_trend(paths.history, paths.trend)
+    details = {"results": str(paths.results), "report": str(paths.report), "trend": str(paths.trend), "trend_rows": trend,
                "history": str(history), "drafter": drafter["path"], "trained": drafter["trained"],
                "engine_version": results["engine_version"], "gate": results["gate"]["status"],
                "best_acceptance_length": results["gate"]["best_acceptance_length"],

@@ -16,7 +16,7 @@ Per-run-dir knobs in <run_dir>/knobs.json change behaviour:
                                           YAML at PATH (an operator's edit while the run goes on)
    "die_after_done": ["datagen"],         once the phase's done marker is written, its process exits at once
                                           (code 3): a worker lost just after its shard finished
-   "bench_report": true,                  bench writes a real report, plot and results (synthetic numbers)
+   "bench_report": true,                  bench writes a real report and results (synthetic numbers)
                                           and returns the summary the real phase returns; with
                                           fail_once bench "gate" it fails like a regression, summary attached
    "bench_watch": "engine regression"}    the watch verdict that summary carries (eagle3/bench/watch.py)
@@ -178,8 +178,8 @@ def _bench_report(cfg, out: Path, regression: bool, watch: str | None = None) ->
 
     results = synthetic_results(cfg.name, trained=regression, floor=3.0 if regression else 1.3)
     (out / "results.json").write_text(json.dumps(results))
-    write_report(results, out / "report.md", out / "bench.png")
-    return {"results": str(out / "results.json"), "report": str(out / "report.md"), "plot": str(out / "bench.png"),
+    write_report(results, out / "report.md")
+    return {"results": str(out / "results.json"), "report": str(out / "report.md"),
             "table": results["table"], "gate": results["gate"]["status"], "trained": regression, "watch": watch,
             "watch_message": f"{watch} (a stand-in's verdict)" if watch else None, "fail_on_regression": True}
 

@@ -1,10 +1,8 @@
 """The benchmark's Prefect artifacts against the session's real Prefect server: the results table
-and the markdown report with the plot embedded (a data URI: the UI runs on another machine than
-the node's files)."""
+and the markdown report's own text (the UI runs on another machine than the node's files)."""
 
 from __future__ import annotations
 
-import base64
 import json
 import uuid
 
@@ -31,9 +29,9 @@ def test_publish_bench_artifacts(prefect_server, tmp_path):
 
     name = f"Tiny CPU {uuid.uuid4().hex[:8]}"  # the session's server also holds other tests' pipelines' artifacts
     results = _results()
-    report, plot = tmp_path / "report.md", tmp_path / "bench.png"
-    write_report(results, report, plot)
-    summary = {"report": str(report), "plot": str(plot), "results": str(tmp_path / "results.json"),
+    report = tmp_path / "report.md"
+    write_report(results, report)
+    summary = {"report": str(report), "results": str(tmp_path / "results.json"),
                "table": results["table"], "gate": results["gate"]["status"], "trained": False}
 
     @flow
@@ -48,20 +46,18 @@ def test_publish_bench_artifacts(prefect_server, tmp_path):
     assert rows[4]["per_position_pct"] == "60/40/20"  # one cell per row, readable in the UI
     assert rows[4]["verdict"] == "undecided" and rows[4]["windows"] == 1  # one window decides nothing
     (md,) = _artifacts(artifact_key(name, "bench", "report"))
-    assert "| k=3 | 1 | 180.0 | 1.80× |" in md.data
-    assert f"![throughput, TPOT and acceptance](data:image/png;base64,{base64.b64encode(plot.read_bytes()).decode()})" \
-        in md.data and "file://" not in md.data
-    assert not _artifacts(artifact_key(name, "bench", "plot")), "no link artifact to a file on the node"
+    assert md.data.startswith(report.read_text()) and "| k=3 | 1 | 180.0 | 1.80× |" in md.data
+    assert "file://" not in md.data and "![" not in md.data
 
-    plot.unlink()  # a report whose plot is gone still publishes, saying so
+    report.unlink()  # a report gone from the node still publishes its table, saying so
     publish()
     latest = max(_artifacts(artifact_key(name, "bench", "report")), key=lambda a: a.created)
-    assert f"(plot {plot} is missing)" in latest.data and "![" not in latest.data
+    assert latest.data.startswith(f"(report {report} is missing)")
 
 
 def test_publish_the_trend_of_the_recorded_history(prefect_server, tmp_path):
     """The trend over tests/fixtures/bench-history, as the bench phase writes it, published as a
-    markdown artifact with its plot embedded."""
+    markdown artifact."""
     from pathlib import Path
 
     from prefect import flow
@@ -73,11 +69,10 @@ def test_publish_the_trend_of_the_recorded_history(prefect_server, tmp_path):
 
     name = f"Trend CPU {uuid.uuid4().hex[:8]}"
     history = Path(__file__).resolve().parents[1] / "fixtures" / "bench-history"
-    trend, trend_plot = tmp_path / "trend.md", tmp_path / "trend.png"
-    rows = write_trend(history, trend, trend_plot)
+    trend = tmp_path / "trend.md"
+    rows = write_trend(history, trend)
     results = _results()
-    summary = {"report": str(tmp_path / "report.md"), "plot": str(tmp_path / "bench.png"), "trend": str(trend),
-               "trend_plot": str(trend_plot), "results": str(tmp_path / "results.json"), "table": results["table"],
+    summary = {"report": str(tmp_path / "report.md"), "trend": str(trend), "results": str(tmp_path / "results.json"), "table": results["table"],
                "gate": "passed", "trained": True}
 
     @flow
@@ -87,4 +82,4 @@ def test_publish_the_trend_of_the_recorded_history(prefect_server, tmp_path):
     assert set(publish()) == {"table", "report", "trend"} and len(rows) == 4
     (md,) = _artifacts(artifact_key(name, "bench", "trend"))
     assert "| 2 | 2026-11-30T20:00:45 | 0.32.0 | `3992c62d55f9` | 3 | 1.392 | 23.9 |" in md.data
-    assert f"![trend](data:image/png;base64,{base64.b64encode(trend_plot.read_bytes()).decode()})" in md.data
+    assert md.data.startswith(trend.read_text()) and "![" not in md.data
