@@ -316,8 +316,10 @@ if not drafter:
 raw.update(name=f"{profile}-ksweep", run_dir=f"../runs/{profile}-ksweep")
 bench = raw["bench"]
 bench.pop("max_windows", None)  # exactly WINDOWS slots: a sweep's length is planned against the device time
+# The profile's serve-parity gate stays: a carried drafter's provenance names its validation prompts and
+# accuracy (the gate reads "not applied" for one without it).
 bench.update(drafter=drafter, drafter_trained=True, num_speculative_tokens=ks, rounds=1, windows=windows, concurrency=cs,
-             schedule="alternating", aa_twin=True, parity={"enabled": False})
+             schedule="alternating", aa_twin=True)
 share = math.floor(90 / (len(ks) + 2)) / 100  # every server of the round at once, within 0.9 of the GPU
 args = bench["server"]["extra_args"]
 args[args.index("--gpu-memory-utilization") + 1] = str(share)
