@@ -140,7 +140,11 @@ setup() {
   python3 -m compileall -q -j 0 "$SITE/engine" "$SITE/pack" > /dev/null 2>&1 || true
   wrappers
   {
-    date -u; uname -r; nproc; python3 -V
+    date -u; uname -r; nproc; python3 -V; grep -m1 'model name' /proc/cpuinfo
+    # The host's single-thread speed, comparable between machines: at concurrency 1 a 1.5 B target's
+    # speculative step cost 1.59 plain steps on one H100 host and 2.15-2.26 on another whose Prefect imports
+    # took 1.8x as long (bench/RESULTS.md, 2026-12-07).
+    python3 -c 'import time; t = time.perf_counter(); sum(i * i for i in range(5_000_000)); print(f"host single-thread probe: {time.perf_counter() - t:.3f} s (5 M squares summed)")'
     nvidia-smi --query-gpu=index,name,driver_version,memory.total,memory.used --format=csv,noheader
     PYTHONPATH="$SITE/engine" python3 "$REPO/eagle3/engine_side/engine_versions.py" --dist vllm
     sha256sum "$whl"

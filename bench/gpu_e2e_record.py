@@ -170,6 +170,8 @@ def summary(name: str, rec: dict, machine: dict) -> dict:
     starts = server_starts(rec)
     return {
         "run": name, "machine": machine.get("machine"), "date": machine.get("date"),
+        # Records made before the probe existed stay as they were.
+        **({"host_single_thread_s": machine["host_single_thread_s"]} if machine.get("host_single_thread_s") else {}),
         "vllm": machine.get("versions", {}).get("vllm"), "torch": machine.get("versions", {}).get("torch"),
         "phases": {p: v["seconds"] for p, v in rec["phases"].items()},
         "server_starts": starts,
@@ -194,9 +196,12 @@ def machine_info(results: Path) -> dict:
         if line.startswith('{"versions"'):
             versions = json.loads(line)["versions"]
     gpu = next((ln for ln in text.splitlines() if ", NVIDIA" in ln or "H200" in ln), "")
+    # Step costs are compared across hosts of one GPU kind: the host's single-thread speed goes beside them.
+    probe = re.search(r"^host single-thread probe: ([0-9.]+) s", text, re.M)
     return {"machine": f"{gpu.strip()} ({text.splitlines()[2].strip()} CPUs)" if gpu and len(text.splitlines()) > 2
             else gpu.strip() or None,
-            "date": text.splitlines()[0].strip() if text else None, "versions": versions, "raw": text}
+            "date": text.splitlines()[0].strip() if text else None, "versions": versions,
+            "host_single_thread_s": float(probe.group(1)) if probe else None, "raw": text}
 
 
 def main() -> int:

@@ -68,7 +68,7 @@ def test_the_summary_says_what_the_issue_asks_and_labels_it():
     assert "a drafter trained by this run" in s["labels"] and "H200" in s["labels"]
 
 
-def _rebuild_real(raw: Path, tmp_path: Path) -> tuple[Path, dict]:
+def _rebuild_real(raw: Path, tmp_path: Path, machine_extra: str = "") -> tuple[Path, dict]:
     """A committed real-model record rebuilt from its run files: (the runs dir, the summary made)."""
     runs, results = tmp_path / "runs", tmp_path / "results"
     with tarfile.open(raw / "run-files.tar.gz") as tar:
@@ -76,6 +76,8 @@ def _rebuild_real(raw: Path, tmp_path: Path) -> tuple[Path, dict]:
     results.mkdir()
     for name in ("machine.txt", "events.jsonl"):
         shutil.copy(raw / name, results / name)
+    with open(results / "machine.txt", "a") as f:
+        f.write(machine_extra)
     res = subprocess.run([sys.executable, str(REPO / "bench" / "gpu_e2e_record.py"), "--results", str(results),
                           "--run", f"real={runs / 'h200-smollm2'}"], capture_output=True, text=True, timeout=120, cwd=REPO)
     assert res.returncode == 0, res.stderr
@@ -111,4 +113,13 @@ def test_a_side_by_side_round_counts_every_server_it_started(tmp_path):
     assert all(s.get("load_s") for s in made["server_starts"]), made["server_starts"]
     assert made["target_loads"] == made["server_launches"] == 6
     assert made["bench_round_starts"][0]["start"] == "side by side"
+    assert made == json.loads((raw / "gpu-e2e-summary.json").read_text())
+
+
+def test_the_hosts_single_thread_probe_goes_beside_the_figures(tmp_path):
+    """Two H100 hosts gave one drafter step costs of 1.59 and 2.15-2.26 (bench/RESULTS.md, 2026-12-07):
+    the probe line setup writes into machine.txt reaches the summary; a record without it is unchanged."""
+    raw = RESULTS / "smollm2-h200-20261205-run6"
+    _, made = _rebuild_real(raw, tmp_path, "host single-thread probe: 0.371 s (5 M squares summed)\n")
+    assert made.pop("host_single_thread_s") == made["runs"]["real"].pop("host_single_thread_s") == 0.371
     assert made == json.loads((raw / "gpu-e2e-summary.json").read_text())
