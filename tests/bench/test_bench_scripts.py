@@ -1,6 +1,8 @@
 """The bench/ scripts still run against the pack's current interfaces: each in its smoke mode (the
-script's own code path at the smallest size, nothing recorded), the datagen bench against the
-session's shared vLLM CPU server. bench/datagen_vs_vllm_bench.py broke silently once, when the phases
+script's own code path at the smallest size, nothing recorded). The client benchmarks, which use the
+session's shared vLLM CPU server, are in test_bench_client_scripts.py: a module that uses that server
+runs on the worker holding it (tests/xdist_plan.py), and the smokes here, which start servers of their
+own, need not. bench/datagen_vs_vllm_bench.py broke silently once, when the phases
 began returning a PhaseSummary (issue 22), and bench/record_bench_history.py had broken the same way.
 The GPU-only scripts (handoff_bench.py, devfile_probe.py) run on a CPU stand-in here; the shell
 scripts, which drive the H200 machine, are checked for syntax and their usage line. A new script
@@ -323,34 +325,6 @@ def test_the_vllm_bench_scripts_smoke(name, tmp_path):
         assert "run 1: " in res.stdout and len(list((tmp_path / "out" / "history").glob("*.json"))) == 1
 
 
-def _client_bench(name: str, vllm_server, tmp_path) -> tuple[subprocess.CompletedProcess, dict]:
-    """A client benchmark in smoke mode against the session's shared server: its run and its --json."""
-    out = tmp_path / f"{name}.json"
-    res = _script(name, "--smoke", "--base-url", vllm_server.base_url, "--json", str(out),
-                  env={**os.environ, "OPENAI_API_KEY": vllm_server.key})
-    return res, json.loads(out.read_text())
-
-
-@pytest.mark.slow
-@pytest.mark.engine
-def test_datagen_client_vs_vllm_bench_smoke(vllm_server, tmp_path):
-    res, data = _client_bench("datagen_vs_vllm_bench.py", vllm_server, tmp_path)
-    [row] = data["rounds"]
-    # the same work on both sides: 8 prompts x 16 tokens (greedy, ignore_eos)
-    assert row["ours"]["tokens"] == row["vllm_bench"]["tokens"] == 8 * 16
-    assert row["ours"]["output_tok_s"] > 0 and row["vllm_bench"]["output_tok_s"] > 0 and data["ratio"] > 0
-    assert "ratio" in res.stdout and "recorded in" not in res.stdout  # smoke mode records nothing
-
-
-@pytest.mark.slow
-@pytest.mark.engine
-def test_datagen_client_split_smoke(vllm_server, tmp_path):
-    _, data = _client_bench("datagen_client_split.py", vllm_server, tmp_path)
-    [row] = data["rounds"]
-    # every variant did the same work: 8 prompts x 16 tokens (greedy, ignore_eos)
-    assert {kind: r["tokens"] for kind, r in row.items()} == {kind: 8 * 16 for kind in row} and len(row) == 5
-
-
 def test_the_gpu_engine_wrappers_keep_the_client_auth_dir_and_drop_the_pack_s_site(tmp_path):
     """On the H200 (2026-12-02, bench/results/sglang-h200-20261202-run2/e2e.log) the wrappers replaced
     PYTHONPATH with the engine's site dir, dropping the client-auth dir the pack puts first for
@@ -375,28 +349,6 @@ def test_the_gpu_engine_wrappers_keep_the_client_auth_dir_and_drop_the_pack_s_si
     assert path.index(str(CLIENT_AUTH_DIR)) < path.index(str(site / "engine"))
     assert str(site / "pack") not in path and str(tmp_path) not in path
     assert custom.startswith(str(CLIENT_AUTH_DIR))  # the sitecustomize that adds the key is the one loaded
-
-
-@pytest.mark.slow
-@pytest.mark.engine
-def test_idle_ttft_probe_measures_each_gap_alone_and_after_the_neighbour(vllm_server):
-    """The probe's measurement against the session's shared server, which here plays the neighbour too
-    (main starts its own servers as bench/alternation_probe.py does): every planned request is timed
-    once, the neighbour's are not counted, and the summary keeps gap and neighbour apart."""
-    import asyncio
-
-    sys.path.insert(0, str(REPO / "bench"))
-    import idle_ttft_probe as probe
-
-    body = {"model": "tiny-llama", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
-            "temperature": 0.0, "ignore_eos": True}
-    plan = [(0.0, False), (0.2, True), (0.0, True), (0.2, False), (0.2, False)]
-    rows = asyncio.run(probe.measure(vllm_server.base_url, vllm_server.key, [body], plan, vllm_server.base_url))
-    assert [(r["gap_s"], r["after_neighbour"]) for r in rows] == plan
-    assert all(r["output_tokens"] == 4 and 0 < r["ttft_ms"] <= r["latency_ms"] for r in rows)
-    summary = probe.by_gap(rows)
-    assert [(s["gap_s"], s["after_neighbour"], s["n"]) for s in summary] == [
-        (0.0, False, 1), (0.0, True, 1), (0.2, False, 2), (0.2, True, 1)]
 
 
 def test_rerun_alarms_judges_its_recorded_reruns_as_recorded(tmp_path):
