@@ -13,6 +13,7 @@ One story, three coordinator runs of the same config:
 
 from __future__ import annotations
 
+import contextvars
 import json
 import re
 import signal
@@ -89,6 +90,39 @@ def _coordinate(path: Path, env: dict, *extra: str) -> subprocess.Popen:
                             start_new_session=True)
 
 
+class ApiLatency:
+    """The longest the session's Prefect server took to answer a worker read while a coordinator ran. The
+    stated bound counts the coordinator's looks as instant; between a worker's loss and the moved shard's
+    submission they are about eight API calls, so a bound's slack grows by eight of the slowest answers seen:
+    beside the suite's other worker running vLLM servers a move took 8.5 s against 4.5 + 3 (2026-12-07)."""
+
+    CALLS = 8
+
+    def __init__(self, pool: str):
+        self.pool, self.worst, self._stop = pool, 0.0, threading.Event()
+        # Prefect's settings (the session server's URL) live in context variables, which a thread does not inherit.
+        self._thread = threading.Thread(target=contextvars.copy_context().run, args=(self._loop,), daemon=True)
+
+    def _loop(self):
+        with client() as c:
+            while not self._stop.is_set():
+                t = time.monotonic()
+                c.read_workers_for_work_pool(work_pool_name=self.pool)
+                self.worst = max(self.worst, time.monotonic() - t)
+                self._stop.wait(0.2)
+
+    def slack(self, base_s: float) -> float:
+        return base_s + self.CALLS * self.worst
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
 def _heard_from(pool: str) -> bool:
     with client() as c:
         return any(w.last_heartbeat_time for w in c.read_workers_for_work_pool(work_pool_name=pool))
@@ -139,7 +173,7 @@ def test_what_the_operator_sees_of_moves_waits_progress_and_history(prefect_serv
                              PREFECT_WORKER_HEARTBEAT_SECONDS=B_HEARTBEAT_S, PREFECT_WORKER_QUERY_SECONDS=3600))
         wait_until(lambda: _heard_from(B), 60, "worker B's first heartbeat")
         coordinator = _coordinate(path, env, "--force", "datagen")
-        with Watch(run_dir) as watch:
+        with Watch(run_dir) as watch, ApiLatency(A) as api:
             wait_until(lambda: any(e["pool"] == B for e in watch.seen) or coordinator.poll() is not None, 120,
                        "a shard sent to B")
             killed_at = time.time()
@@ -153,9 +187,10 @@ def test_what_the_operator_sees_of_moves_waits_progress_and_history(prefect_serv
         assert re.search(rf"the worker of pool {B} is lost \(last heartbeat \d+ s ago; counted lost after {bound:g} s\)",
                          before["cause"]), before
         worst = workers.worst_wait_s(START_TIMEOUT_S, bound, POLL_S)
-        waited = moved["sent_at"] - before["sent_at"]
-        assert waited <= worst + 3.0, f"moved {waited:.1f} s after it was sent; the stated bound is {worst:g} s"
-        assert moved["sent_at"] - killed_at <= bound + POLL_S + 3.0
+        waited, slack = moved["sent_at"] - before["sent_at"], api.slack(3.0)
+        assert waited <= worst + slack, (f"moved {waited:.1f} s after it was sent; the stated bound is {worst:g} s "
+                                         f"(+{slack:.1f} s: the API's slowest answer {api.worst:.2f} s)")
+        assert moved["sent_at"] - killed_at <= bound + POLL_S + slack
         for e in watch.seen:  # nothing shown as done before the attempt ran: the last run's 4/4 is not this one's
             if e["state"].startswith("waiting") or e["state"] in ("submitted", "moved", "Scheduled", "Pending"):
                 assert (e["done"], e["total"]) == (None, None), e
