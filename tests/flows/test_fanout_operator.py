@@ -52,20 +52,16 @@ def _record(run_dir: Path) -> dict:
     return json.loads(RunLayout(run_dir).shards_record.read_text())["datagen"]
 
 
-class Watch:
-    """Every shard entry the ledger held while a coordinator ran (what `eagle3 status` would have shown)."""
+class Background:
+    """A loop in a thread for the length of a `with` block; `_loop` runs until `_stop` is set."""
 
-    def __init__(self, run_dir: Path):
-        self.path, self.seen, self._stop = RunLayout(run_dir).shards_record, [], threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
+    def __init__(self):
+        self._stop = threading.Event()
+        # Prefect's settings (the session server's URL) live in context variables, which a thread does not inherit.
+        self._thread = threading.Thread(target=contextvars.copy_context().run, args=(self._loop,), daemon=True)
 
     def _loop(self):
-        while not self._stop.is_set():
-            try:
-                self.seen += json.loads(self.path.read_text())["datagen"]["shards"]
-            except (OSError, ValueError, KeyError):
-                pass
-            time.sleep(0.1)
+        raise NotImplementedError
 
     def __enter__(self):
         self._thread.start()
@@ -74,6 +70,22 @@ class Watch:
     def __exit__(self, *exc):
         self._stop.set()
         self._thread.join()
+
+
+class Watch(Background):
+    """Every shard entry the ledger held while a coordinator ran (what `eagle3 status` would have shown)."""
+
+    def __init__(self, run_dir: Path):
+        self.path, self.seen = RunLayout(run_dir).shards_record, []
+        super().__init__()
+
+    def _loop(self):
+        while not self._stop.is_set():
+            try:
+                self.seen += json.loads(self.path.read_text())["datagen"]["shards"]
+            except (OSError, ValueError, KeyError):
+                pass
+            time.sleep(0.1)
 
 
 def _worker(pool: str, env: dict, log: Path, **settings) -> subprocess.Popen:
@@ -90,7 +102,7 @@ def _coordinate(path: Path, env: dict, *extra: str) -> subprocess.Popen:
                             start_new_session=True)
 
 
-class ApiLatency:
+class ApiLatency(Background):
     """The longest the session's Prefect server took to answer a worker read while a coordinator ran. The
     stated bound counts the coordinator's looks as instant; between a worker's loss and the moved shard's
     submission they are about eight API calls, so a bound's slack grows by eight of the slowest answers seen:
@@ -99,9 +111,8 @@ class ApiLatency:
     CALLS = 8
 
     def __init__(self, pool: str):
-        self.pool, self.worst, self._stop = pool, 0.0, threading.Event()
-        # Prefect's settings (the session server's URL) live in context variables, which a thread does not inherit.
-        self._thread = threading.Thread(target=contextvars.copy_context().run, args=(self._loop,), daemon=True)
+        self.pool, self.worst = pool, 0.0
+        super().__init__()
 
     def _loop(self):
         with client() as c:
@@ -113,14 +124,6 @@ class ApiLatency:
 
     def slack(self, base_s: float) -> float:
         return base_s + self.CALLS * self.worst
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
 
 
 def _heard_from(pool: str) -> bool:
