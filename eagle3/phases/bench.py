@@ -172,8 +172,8 @@ def run_bench(cfg: PipelineConfig, sup: Supervisor) -> PhaseSummary:
     atomic_write_json(history, results)
     write_report(results, paths.report)
     trend = write_trend(paths.history, paths.trend)
-    details = {"results": str(paths.results), "report": str(paths.report), "trend": str(paths.trend), "trend_rows": trend,
-               "history": str(history), "drafter": drafter["path"], "trained": drafter["trained"],
+    details = {"results": str(paths.results), "report": str(paths.report), "trend": str(paths.trend),
+               "trend_rows": trend, "history": str(history), "drafter": drafter["path"], "trained": drafter["trained"],
                "engine_version": results["engine_version"], "gate": results["gate"]["status"],
                "best_acceptance_length": results["gate"]["best_acceptance_length"],
                "best_k": results["best_k"], "table": results["table"],

@@ -72,7 +72,8 @@ def test_publish_the_trend_of_the_recorded_history(prefect_server, tmp_path):
     trend = tmp_path / "trend.md"
     rows = write_trend(history, trend)
     results = _results()
-    summary = {"report": str(tmp_path / "report.md"), "trend": str(trend), "results": str(tmp_path / "results.json"), "table": results["table"],
+    summary = {"report": str(tmp_path / "report.md"), "trend": str(trend), "results": str(tmp_path / "results.json"),
+               "table": results["table"],
                "gate": "passed", "trained": True}
 
     @flow
