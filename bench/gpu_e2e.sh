@@ -430,7 +430,9 @@ PY
     # alarm: its rc is in events.jsonl, and the next still runs); the handoff bench; then, when QPIECES Qwen
     # pieces and DRAFTER_PIECES (with DRAFTER_CONFIG) were carried, the Qwen target (made in the background
     # meanwhile) and that drafter's benchmark, QWEN_RUNS times (default 2: a first and a rerun) as time allows.
-    # QWEN_MIN_S (default 420): the seconds a run needs to start; more for more WINDOWS.
+    # QWEN_MIN_S (default 420): the seconds a run needs to start; more for more WINDOWS. SLOT_S (e.g. 60: one
+    # slot at c=1 and 4 took ~57 s on an H100, 2026-12-07): WINDOWS becomes the most slots, and each run gets
+    # as many as fit the time left after QWEN_START_S (default 240: its servers' start and the reserve).
     [ -n "${QPIECES:-}" ] && { qwen_model > "$RESULTS/qwen-model.out" 2>&1 & qpid=$!; }
     until grep -qs '"step": "setup", "ok"' "$RESULTS/events.jsonl" || [ "$(left)" -lt 300 ]; do sleep 2; done
     rc=0 shipped=0 q=0
@@ -441,7 +443,12 @@ PY
     [ "$(left)" -gt 150 ] && handoff_bench
     if [ -n "${qpid:-}" ] && wait "$qpid"; then
       while [ "$q" -lt "${QWEN_RUNS:-2}" ] && [ "$(left)" -gt "${QWEN_MIN_S:-420}" ]; do
-        PROFILE=h200-qwen-coder KS="${QWEN_KS:-3}" CONC="${QWEN_CONC:-1 4}" BUDGET_S=$(( $(left) - 120 )) \
+        w=${WINDOWS:-3}
+        if [ -n "${SLOT_S:-}" ]; then
+          fit=$(( ($(left) - ${QWEN_START_S:-240}) / SLOT_S )); [ "$fit" -lt "$w" ] && w=$fit
+          [ "$w" -ge 3 ] || break  # fewer than three slots decide nothing
+        fi
+        WINDOWS=$w PROFILE=h200-qwen-coder KS="${QWEN_KS:-3}" CONC="${QWEN_CONC:-1 4}" BUDGET_S=$(( $(left) - 120 )) \
           sampled "$REPO/runs/h200-qwen-coder-ksweep" bash "$REPO/bench/gpu_e2e.sh" "$RESULTS" ksweep || rc=1
         q=$((q + 1))
       done
