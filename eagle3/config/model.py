@@ -77,6 +77,10 @@ class PipelineConfig(Strict):
         rows = [p for p in phase_table.table() if p.settings]
         exclude = {p.name: _exclusions(type(getattr(self, p.name))) for p in rows if hasattr(self, p.name)}
         data = self.model_dump(mode="json", exclude=exclude)
+        for p in rows:
+            for name in getattr(type(getattr(self, p.name, None)), "FINGERPRINT_UNSET", ()):
+                if (data.get(p.name) or {}).get(name, 0) is None:
+                    del data[p.name][name]
         data.pop("fanout", None)  # where shards ran never changes what a phase produced
         data["target"].pop("data_parallel_size", None)  # nor how many copies of the target served it
         optional = {name: data.pop(name) for name in ("hidden_states",)}

@@ -50,6 +50,8 @@ class PhaseSettings(Strict):
     PATH_FIELDS           its path fields, resolved against the config file's directory ("prompts", "a.b")
     FINGERPRINT_EXCLUDE   model_dump exclusions from the phase's fingerprint (keys that do not change its output)
     FINGERPRINT_ALSO      pipeline-wide sections that shape its output (part of its fingerprint once not default)
+    FINGERPRINT_UNSET     its fields that count in its fingerprint only once set (added after configs were
+                          written without them, which keep their fingerprints)
     checks(cfg)           rules spanning sections: (field under the section, message with the fix)
     file_checks(cfg)      the same, for what needs the filesystem (skipped by check_files=False)
     borrowed_ports(cfg)   ports of other phases' servers this phase runs (a handoff proves them free)
@@ -59,6 +61,7 @@ class PhaseSettings(Strict):
     PATH_FIELDS: ClassVar[tuple[str, ...]] = ()
     FINGERPRINT_EXCLUDE: ClassVar[dict[str, Any]] = {}
     FINGERPRINT_ALSO: ClassVar[tuple[str, ...]] = ()
+    FINGERPRINT_UNSET: ClassVar[tuple[str, ...]] = ()
 
     def checks(self, cfg) -> list[tuple[str, str]]:
         return []

@@ -35,6 +35,9 @@ class Engine:
     stop_leader_first: ClassVar[bool] = False
     # Whether a chat completion can return the sampled token ids (datagen then stores them).
     returns_token_ids: ClassVar[bool] = False
+    # Whether a chat completion continues an open last message (`continue_final_message`), an empty user
+    # turn included: how datagen.self_prompts has the target write a prompt.
+    continues_user_turn: ClassVar[bool] = False
     # The server flag that caps its share of each GPU's memory (a fraction), or None: what lets several
     # servers share a GPU (the benchmark's interleaved schedule).
     gpu_share_flag: ClassVar[str | None] = None

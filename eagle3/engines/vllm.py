@@ -19,6 +19,7 @@ class Vllm(Engine):
     name = "vllm"
     stop_leader_first = False  # SIGTERM to the whole group: vLLM's API server and EngineCore each shut down on it
     returns_token_ids = True   # `return_token_ids` on a chat completion
+    continues_user_turn = True  # `continue_final_message` with `add_generation_prompt` false
     gpu_share_flag = "--gpu-memory-utilization"  # 0.9 of each GPU unless set
     kv_cache_size_flag = "--kv-cache-memory-bytes"  # skips the profiling that sizes it (docs/FACTS.md §13)
 

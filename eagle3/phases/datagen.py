@@ -19,7 +19,6 @@ finished ids are skipped, failed ones are tried again.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import time
 from dataclasses import asdict, dataclass, replace
@@ -40,6 +39,7 @@ from ..progress import PhaseProgress
 from ..prompts import Prompt, PromptSet, load_prompts
 from ..process.services import Process, Supervisor
 from . import PhaseSummary
+from .datagen_self_prompts import UserTurnWriter, unwritten, unwritten_prompts
 from ..coroutines import run_coroutine
 
 PHASE = "datagen"
@@ -112,7 +112,31 @@ def content_settings(cfg: PipelineConfig, prompts: PromptSet) -> dict[str, Any]:
         "request_extra": d.request_extra,
         "return_token_ids": engine_registry.get(d.engine).returns_token_ids,
         "prompts_sha256": prompts.sha256,
+        # only when set: manifests written before self_prompts existed still match
+        **({"self_prompts": d.self_prompts.model_dump(mode="json", exclude={"count"})} if d.self_prompts else {}),
     }
+
+
+def datagen_prompts(cfg: PipelineConfig) -> PromptSet:
+    """The phase's prompts: the set's first datagen.max_samples, then the ones the target is to write
+    (datagen.self_prompts), which a count that grows extends like a larger max_samples."""
+    d = cfg.datagen
+    prompts = load_prompts(d.prompts, d.max_samples, skip_invalid=d.skip_invalid_prompts)
+    if d.self_prompts:
+        prompts = replace(prompts, prompts=prompts.prompts + unwritten_prompts(d.self_prompts.count))
+    return prompts
+
+
+def _texts_taken(cfg: PipelineConfig, done_rows: list[dict]) -> list[str]:
+    """What a written prompt must not repeat: every row of the prompt set (those held out for the
+    benchmark too), bench.prompts, and the user turns of the rows already done."""
+    sets = [load_prompts(cfg.datagen.prompts, None, skip_invalid=True)]
+    bench_prompts = getattr(getattr(cfg, "bench", None), "prompts", None)
+    if bench_prompts is not None and bench_prompts.is_file():
+        sets.append(load_prompts(bench_prompts, None, skip_invalid=True))
+    turns = [m for ps in sets for p in ps.prompts for m in p.messages]
+    turns += [m for row in done_rows for m in row.get("conversations") or [] if isinstance(m, dict)]
+    return [str(m.get("content") or "") for m in turns if m.get("role") == "user"]
 
 
 def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
@@ -160,17 +184,13 @@ def _write_manifest(paths: DatagenPaths, cfg: PipelineConfig, prompts: PromptSet
 
 # ---- requests and rows -----------------------------------------------------------------------------
 
-def request_seed(seed: int, sample_id: str) -> int:
-    return (seed + int(hashlib.sha256(sample_id.encode()).hexdigest()[:8], 16)) % (2 ** 31)
-
-
 def build_payload(cfg: PipelineConfig, prompt: Prompt) -> dict[str, Any]:
     d, s = cfg.datagen, cfg.datagen.sampling
     # Sampling is always explicit: vLLM otherwise takes defaults from the model's generation_config.json.
     payload: dict[str, Any] = {**d.request_extra, "model": cfg.target.served_name, "messages": list(prompt.messages),
                                "max_tokens": s.max_tokens, "temperature": s.temperature, "top_p": s.top_p}
     if s.seed is not None:
-        payload["seed"] = request_seed(s.seed, prompt.id)
+        payload["seed"] = s.seed_for(prompt.id)
     if engine_registry.get(d.engine).returns_token_ids:
         payload["return_token_ids"] = True
     return payload
@@ -222,7 +242,7 @@ class _Progress:
 
 async def _generate(cfg: PipelineConfig, url: str, todo: list[Prompt], done_before: int, paths: DatagenPaths,
                     progress: _Progress, proc: Process | None, on_connected: Callable[[list[str]], None],
-                    stats: _Stats) -> None:
+                    stats: _Stats, writer: UserTurnWriter | None) -> None:
     d = cfg.datagen
     # The pack's own server demands the run's key; a server given by --base-url, only what is configured.
     key = d.server.key("datagen.server") if proc is None else api_key(cfg, d.server, "datagen.server")
@@ -257,6 +277,7 @@ async def _generate(cfg: PipelineConfig, url: str, todo: list[Prompt], done_befo
                 nonlocal consecutive_failures
                 for prompt in pending:  # one shared iterator: each prompt goes to exactly one worker
                     try:
+                        prompt = await writer.write(client, prompt) if unwritten(prompt) else prompt
                         result = await client.chat(build_payload(cfg, prompt))
                     except RequestRejected as e:
                         fail(prompt, e, e.status, 1, transient=False)
@@ -316,7 +337,7 @@ def run_datagen(cfg: PipelineConfig, sup: Supervisor | None,
     paths = DatagenPaths.of(cfg)
     paths.dir.mkdir(parents=True, exist_ok=True)
     d = cfg.datagen
-    prompts = load_prompts(d.prompts, d.max_samples, skip_invalid=d.skip_invalid_prompts)
+    prompts = datagen_prompts(cfg)
     if shard is not None:
         prompts = replace(prompts, prompts=Shard(PHASE, *shard).take(prompts.prompts))
     for problem in prompts.problems:
@@ -325,9 +346,11 @@ def run_datagen(cfg: PipelineConfig, sup: Supervisor | None,
     check_manifest(paths, settings)
 
     wanted = set(prompts.ids)
-    done_ids = {row.get("id") for row in recover(paths.samples)} & wanted
+    done_rows = recover(paths.samples)
+    done_ids = {row.get("id") for row in done_rows} & wanted
     recover(paths.failures)
     todo = [p for p in prompts.prompts if p.id not in done_ids]
+    writer = UserTurnWriter(cfg, _texts_taken(cfg, done_rows)) if any(map(unwritten, todo)) else None
     report = PhaseProgress(PHASE, unit="samples")
     progress = _Progress(report, len(prompts.prompts))
     progress(len(done_ids), force=True)
@@ -345,7 +368,8 @@ def run_datagen(cfg: PipelineConfig, sup: Supervisor | None,
                     f"(concurrency {d.concurrency})")
         try:
             run_coroutine(_generate(cfg, endpoint, todo, len(done_ids), paths, progress, proc,
-                           lambda models: _write_manifest(paths, cfg, prompts, settings, endpoint, models), stats))
+                           lambda models: _write_manifest(paths, cfg, prompts, settings, endpoint, models), stats,
+                           writer))
         finally:
             if proc is not None:
                 proc.stop()

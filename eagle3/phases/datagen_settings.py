@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from pydantic import Field, field_validator
@@ -18,10 +19,29 @@ class Sampling(Strict):
     seed: int | None = Field(0, description="Base seed; each prompt's seed is derived from it and the prompt id, "
                                             "so a resumed run generates the same text.")
 
+    def seed_for(self, key: str) -> int | None:
+        """A request's seed: the base seed plus its key's hash (datagen's SEED_POLICY)."""
+        if self.seed is None:
+            return None
+        return (self.seed + int(hashlib.sha256(key.encode()).hexdigest()[:8], 16)) % (2 ** 31)
+
+
+class SelfPrompts(Strict):
+    count: int = Field(gt=0, description=(
+        "Prompts the target writes itself, besides the prompt set's (ids `self-00000` on): the chat template up "
+        "to an open user turn, sampled (Magpie), then answered like a prompt of the set."))
+    temperature: float = Field(1.0, ge=0, description="Sampling temperature of the written user turns.")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling of the written user turns.")
+    max_tokens: int = Field(256, gt=0, description="Longest user turn; one cut off here is drawn again.")
+    draws: int = Field(4, ge=1, description=(
+        "Draws per prompt: a user turn that is cut off, empty, already written, or one of the benchmark's "
+        "prompts is drawn again with another seed; after this many the prompt counts as failed."))
+
 
 class Datagen(PhaseSettings):
     PATH_FIELDS = ("prompts",)
     FINGERPRINT_EXCLUDE = {"server": {"api_key"}}
+    FINGERPRINT_UNSET = ("self_prompts",)
 
     engine: EngineName = Field(engine_registry.DEFAULT, description="The engine that serves the target.")
     prompts: FsPath = Field(description=(
@@ -41,6 +61,9 @@ class Datagen(PhaseSettings):
         "Extra top-level JSON fields of every chat request (e.g. `chat_template_kwargs`); a resume must match "
         "them. Refused: `model`, `messages`, `stream`, `n` (set by the pack) and sampling parameters (they "
         "belong under `datagen.sampling`)."))
+    self_prompts: SelfPrompts | None = Field(None, description=(
+        "The target also writes prompts of its own (`datagen.self_prompts`): data drawn from what it expects to "
+        "be asked, for a prompt set too narrow or too small; off unless set."))
     skip_invalid_prompts: bool = Field(False, description=(
         "Skip malformed prompt rows (logged) instead of stopping the phase before it starts."))
     # Beyond this share of the set without a sample, the phase fails instead of passing a thin data set on.
@@ -60,6 +83,14 @@ class Datagen(PhaseSettings):
         if sampling:
             raise ValueError(f"{sampling} belong under datagen.sampling; move them there")
         return v
+
+    def checks(self, cfg) -> list[tuple[str, str]]:
+        if self.self_prompts is None or engine_registry.get(self.engine).continues_user_turn:
+            return []
+        able = [n for n in engine_registry.names() if engine_registry.get(n).continues_user_turn]
+        return [("datagen.self_prompts", f"{self.engine}'s chat endpoint is not known to continue an open user turn, "
+                                         f"which writing prompts needs: remove self_prompts, or set datagen.engine to "
+                                         f"{' or '.join(able)}")]
 
     def file_checks(self, cfg) -> list[tuple[str, str]]:
         if why := file_problem(self.prompts):

@@ -18,17 +18,15 @@ from ..errors import GateError
 from ..slices import Shard
 from ..fsio import atomic_write_json, atomic_write_text, read_json
 from ..layout import SAMPLES
-from ..prompts import load_prompts
 from . import PhaseSummary
-from .datagen import PHASE, DatagenPaths, DatagenSummary, content_settings, failed_prompts_gate
+from .datagen import PHASE, DatagenPaths, DatagenSummary, content_settings, datagen_prompts, failed_prompts_gate
 
 _SUMMED = ("new_samples", "resumed", "failed", "prompt_tokens", "completion_tokens", "retries")
 
 
 def merge_datagen(cfg: PipelineConfig, shard_cfgs: list[PipelineConfig]) -> PhaseSummary:
     t0 = time.monotonic()
-    d = cfg.datagen
-    prompts = load_prompts(d.prompts, d.max_samples, skip_invalid=d.skip_invalid_prompts)
+    prompts = datagen_prompts(cfg)
     settings = content_settings(cfg, prompts)
     count = len(shard_cfgs)
     rows: dict[str, dict] = {}

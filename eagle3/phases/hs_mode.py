@@ -89,6 +89,9 @@ def before_datagen(cfg: PipelineConfig, per_token: int) -> Estimate:
         turns = 1 + sum(m.get("role") == "assistant" for m in prompt.messages)
         rows += turns
         tokens += turns * tokens_at_most(text, cfg.datagen.sampling.max_tokens, cfg.extract.seq_length)
+    if sp := cfg.datagen.self_prompts:  # a written user turn is at most its max_tokens tokens
+        rows += sp.count
+        tokens += sp.count * tokens_at_most(sp.max_tokens, cfg.datagen.sampling.max_tokens, cfg.extract.seq_length)
     return Estimate(rows, tokens, per_token, tokens * per_token + rows * HEADER_BYTES, 0, exact=False,
                     basis="prompts and datagen.sampling.max_tokens")
 

@@ -235,6 +235,29 @@ def test_rejected_prompt_logged_not_retried_and_gated(vllm_server, make_config, 
     assert (got["resumed"], got["new_samples"], got["failed"], got["samples"]) == (3, 0, 1, 3)
 
 
+@pytest.mark.slow
+@pytest.mark.engine
+def test_self_prompts_a_user_turn_that_cannot_finish_fails_only_its_own_prompt(vllm_server, make_config):
+    """One token per draw is never a finished user turn (cut off, or empty where it is the end of the
+    turn): each written prompt fails after its draws, with the reason; the set's prompts are answered.
+    vLLM took every request: a failure for the request shape would carry its HTTP status."""
+    cfg = make_config({"datagen": {"max_samples": 3, "max_failed_fraction": 0.5,
+                                   "server": {"api_key": SHARED_SERVER_KEY},
+                                   "self_prompts": {"count": 2, "max_tokens": 1, "draws": 2}}})
+    summary = run_datagen(cfg, None, base_url=vllm_server.base_url)
+    paths = DatagenPaths.of(cfg)
+    assert sorted(r["id"] for r in rows(paths.samples)) == load_prompts(cfg.datagen.prompts, 3).ids
+    failures = rows(paths.failures)
+    assert sorted(f["id"] for f in failures) == ["self-00000", "self-00001"]
+    for f in failures:
+        assert f["status"] is None and "no usable user turn in 2 draws" in f["reason"], f
+        assert "datagen.self_prompts.max_tokens" in f["reason"]
+    got = summary.details
+    assert (got["total"], got["samples"], got["failed"]) == (5, 3, 2)
+    manifest = json.loads(paths.manifest.read_text())
+    assert manifest["settings"]["self_prompts"] == {"temperature": 1.0, "top_p": 1.0, "max_tokens": 1, "draws": 2}
+
+
 # ---- own server ----------------------------------------------------------------------------------
 
 @pytest.mark.slow

@@ -185,6 +185,12 @@ def test_before_datagen_a_sample_is_its_prompt_bytes_the_template_and_max_tokens
     longer = make_config({"datagen": {"prompts": str(prompts), "sampling": {"max_tokens": 4000}},
                           "extract": {"seq_length": 2048}}, check_files=False)
     assert hs_mode.offline_estimate(longer).tokens == 4 * 2048
+    # prompts the target writes itself: each at most its max_tokens, the template and the answer
+    writing = make_config({"datagen": {"prompts": str(prompts), "sampling": {"max_tokens": 100},
+                                       "self_prompts": {"count": 5, "max_tokens": 64}},
+                           "extract": {"seq_length": 2048}}, check_files=False)
+    also = hs_mode.offline_estimate(writing)
+    assert (also.rows, also.tokens) == (est.rows + 5, est.tokens + 5 * (64 + t + 100))
 
 
 def test_the_preflight_passes_a_run_that_fits_only_by_its_answers_length(make_config, monkeypatch):
