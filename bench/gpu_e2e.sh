@@ -367,9 +367,12 @@ PY
     # can be cut short), the benchmark sized to the time left, more SmolLM2 reruns (SHIPPED_RUNS in all), the
     # rest as time allows.
     qcfg="$REPO/configs/h200-qwen-coder.yaml" qrun="$REPO/runs/h200-qwen-coder"
-    if [ -n "${QWEN_SAMPLES:-}${QWEN_EPOCHS:-}" ]; then  # the data levers: the profile with more samples or epochs
+    # The data levers: the profile with more (or fewer) samples of its set, more epochs, QWEN_SELF prompts the
+    # target writes itself (datagen.self_prompts).
+    if [ -n "${QWEN_SAMPLES:-}${QWEN_EPOCHS:-}${QWEN_SELF:-}" ]; then
       qcfg=$(PYTHONPATH="$PACK_PATH" python3 "$REPO/bench/derive_profile.py" "$qcfg" h200-qwen-coder \
-        ${QWEN_SAMPLES:+--set datagen.max_samples=$QWEN_SAMPLES} ${QWEN_EPOCHS:+--set train.epochs=$QWEN_EPOCHS}) || exit 1
+        ${QWEN_SAMPLES:+--set datagen.max_samples=$QWEN_SAMPLES} ${QWEN_EPOCHS:+--set train.epochs=$QWEN_EPOCHS} \
+        ${QWEN_SELF:+--set "datagen.self_prompts={count: $QWEN_SELF, max_tokens: 256}"}) || exit 1
     fi
     qwen_model > "$RESULTS/qwen-model.out" 2>&1 &
     qpid=$! shipped=0
@@ -386,6 +389,13 @@ PY
       [ "$rc" = 0 ] || break
       BUDGET_S=$(( $(left) - ${QWEN_RESERVE_S:-200} )) sampled "$qrun" run_config "$qcfg" "$RESULTS/run-qwen.log" --only "$phase"
       rc=$?
+      # What the target wrote, small enough to come back: to check it against the benchmark's held-out tasks.
+      [ "$phase" = datagen ] && [ -n "${QWEN_SELF:-}" ] && python3 -c 'import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if r["id"].startswith("self-"):
+        print(json.dumps({"id": r["id"], "text": r["conversations"][0]["content"]}))' \
+        "$qrun/datagen/samples.jsonl" > "$RESULTS/self-prompts.jsonl"
     done
     if [ "$rc" = 0 ]; then
       # The draft vocabulary as a lever: its coverage of the target's answers to the validation prompts, by size.
@@ -403,8 +413,10 @@ PY
       # QWEN_KS (e.g. "[3]"): fewer speculative configs than the profile's k = 2-5, for a shorter session.
       nserv=$(( $(PYTHONPATH="$PACK_PATH" python3 -c 'import sys, yaml; print(len(yaml.safe_load(sys.argv[2] or "null") or yaml.safe_load(open(sys.argv[1]))["bench"]["num_speculative_tokens"]))' "$qcfg" "${QWEN_KS:-}") + 2 ))
       slots=$(( ($(left) - 260 - 15 * nserv) / (22 * nserv) ))
-      if [ "$slots" -ge 2 ]; then
+      # One slot decides no speed but measures the acceptance (greedy: the same in every slot).
+      if [ "$slots" -ge "${QWEN_MIN_SLOTS:-2}" ]; then
         windows=$(( slots < 3 ? slots : 3 )) most=$(( slots < 4 ? (slots < 3 ? slots : 3) : 4 ))
+        [ "$slots" -ge 2 ] || most=null
         PYTHONPATH="$PACK_PATH" python3 "$REPO/bench/derive_profile.py" "$qcfg" h200-qwen-coder-bench \
           --set name=h200-qwen-coder --set run_dir=../runs/h200-qwen-coder \
           --set bench.windows=$windows --set bench.max_windows=$most ${QWEN_KS:+--set bench.num_speculative_tokens=$QWEN_KS} > /dev/null &&
