@@ -127,7 +127,7 @@ def _trained_rows(cfg: PipelineConfig, drafter: dict | None) -> list:
     if drafter and drafter.get("training_prompts") and Path(drafter["training_prompts"]) != cfg.datagen.prompts:
         return load_prompts(Path(drafter["training_prompts"]), None).prompts
     ps, used = _datagen_split(cfg)
-    return [p for p in ps.prompts if p.id in used]
+    return [p for p in ps.prompts if p.id in used] + products.written_prompts(cfg)
 
 
 def _datagen_split(cfg: PipelineConfig):

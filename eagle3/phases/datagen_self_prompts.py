@@ -35,6 +35,13 @@ def unwritten(prompt: Prompt) -> bool:
     return not prompt.messages
 
 
+def written_prompts(rows: Iterable[dict]) -> list[Prompt]:
+    """The prompts the target wrote, as their rows of samples.jsonl hold them (the user turn; the answer
+    dropped), in the rows' order."""
+    return [Prompt(str(r["id"]), 0, (dict(r["conversations"][0]),), CATEGORY) for r in rows
+            if str(r.get("id", "")).startswith(ID_PREFIX) and r.get("conversations")]
+
+
 def _key(text: str) -> str:
     return " ".join(text.split()).casefold()
 

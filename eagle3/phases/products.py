@@ -11,6 +11,7 @@ from ..appendlog import read_rows
 from ..errors import ConfigError
 from ..fsio import read_json
 from ..layout import DATAGEN_MANIFEST
+from . import datagen_self_prompts
 from .train_manifest import read_train_manifest
 
 
@@ -25,6 +26,14 @@ def sample_ids(cfg) -> set[str] | None:
     if not samples(cfg).exists():
         return None
     return {str(row["id"]) for row in read_rows(samples(cfg), "generated samples") if "id" in row}
+
+
+def written_prompts(cfg) -> list:
+    """The prompts the target wrote itself (datagen.self_prompts) that have a sample: they stand in no prompt
+    file, only in the samples."""
+    if not cfg.datagen.self_prompts or not samples(cfg).exists():
+        return []
+    return datagen_self_prompts.written_prompts(read_rows(samples(cfg), "generated samples"))
 
 
 def prepared_sample_ids(cfg) -> list[str | None] | None:
