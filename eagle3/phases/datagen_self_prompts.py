@@ -48,7 +48,8 @@ def _key(text: str) -> str:
 
 def user_turn_payload(cfg: PipelineConfig, prompt: Prompt, draw: int) -> dict:
     d, sp = cfg.datagen, cfg.datagen.self_prompts
-    payload = {**d.request_extra, "model": cfg.target.served_name, "messages": [{"role": "user", "content": ""}],
+    steer = [{"role": "system", "content": sp.system}] if sp.system else []
+    payload = {**d.request_extra, "model": cfg.target.served_name, "messages": [*steer, {"role": "user", "content": ""}],
                "add_generation_prompt": False, "continue_final_message": True,
                "max_tokens": sp.max_tokens, "temperature": sp.temperature, "top_p": sp.top_p}
     if (seed := d.sampling.seed_for(f"{prompt.id}/{draw}")) is not None:

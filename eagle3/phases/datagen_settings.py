@@ -33,6 +33,9 @@ class SelfPrompts(Strict):
     temperature: float = Field(1.0, ge=0, description="Sampling temperature of the written user turns.")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling of the written user turns.")
     max_tokens: int = Field(256, gt=0, description="Longest user turn; one cut off here is drawn again.")
+    system: str | None = Field(None, min_length=1, description=(
+        "A system turn the prompts are written under, in place of the template's default: what the assistant is "
+        "for, which steers what it expects to be asked. Their answers are generated without it, as served."))
     draws: int = Field(4, ge=1, description=(
         "Draws per prompt: a user turn that is cut off, empty, already written, or one of the benchmark's "
         "prompts is drawn again with another seed; after this many the prompt counts as failed."))

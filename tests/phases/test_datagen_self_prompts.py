@@ -45,6 +45,27 @@ def test_unset_it_leaves_every_fingerprint_as_it_was_and_set_it_changes_datagens
     assert writing.fingerprint("extract") == plain.fingerprint("extract")
 
 
+STEER = "You are a cooking assistant: people ask you for recipes and kitchen advice."
+
+
+def test_a_prompt_is_written_under_the_steering_system_turn_and_answered_without_it(make_config):
+    from eagle3.phases.datagen import build_payload
+    from eagle3.phases.datagen_self_prompts import unwritten_prompts, user_turn_payload
+
+    cfg = make_config({"datagen": {"request_extra": {"chat_template_kwargs": {"enable_thinking": False}},
+                                   "self_prompts": {"count": 2, "system": STEER, "temperature": 0.7}}},
+                      check_files=False)
+    prompt = unwritten_prompts(2)[1]
+    first, second = (user_turn_payload(cfg, prompt, draw) for draw in (0, 1))
+    assert first["messages"] == [{"role": "system", "content": STEER}, {"role": "user", "content": ""}]
+    assert (first["continue_final_message"], first["add_generation_prompt"], first["temperature"]) == (True, False, 0.7)
+    assert first["chat_template_kwargs"] == {"enable_thinking": False} and first["seed"] != second["seed"]
+    answered = build_payload(cfg, prompt.__class__(prompt.id, 0, ({"role": "user", "content": "a written turn"},)))
+    assert answered["messages"] == [{"role": "user", "content": "a written turn"}]
+    unsteered = make_config({"datagen": {"self_prompts": {"count": 2}}}, check_files=False)
+    assert user_turn_payload(unsteered, prompt, 0)["messages"] == [{"role": "user", "content": ""}]
+
+
 @pytest.mark.slow
 @pytest.mark.engine
 def test_the_real_model_writes_prompts_of_its_own_and_a_resume_keeps_them(smollm2_model, make_config):
@@ -58,7 +79,7 @@ def test_the_real_model_writes_prompts_of_its_own_and_a_resume_keeps_them(smollm
             "target": {"model": str(smollm2_model), "served_name": "smollm2-135m-instruct"},
             "datagen": {"max_samples": 2, "concurrency": 8, "sampling": {"max_tokens": 32, "temperature": 0.0},
                         "server": {"port": port, "api_key": SHARED_SERVER_KEY},
-                        "self_prompts": {"count": count, "max_tokens": 128}}})
+                        "self_prompts": {"count": count, "max_tokens": 128, "system": STEER}}})
 
     port = free_port()
     cfg = config(6)
