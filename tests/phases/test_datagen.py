@@ -255,7 +255,8 @@ def test_self_prompts_a_user_turn_that_cannot_finish_fails_only_its_own_prompt(v
     got = summary.details
     assert (got["total"], got["samples"], got["failed"]) == (5, 3, 2)
     manifest = json.loads(paths.manifest.read_text())
-    assert manifest["settings"]["self_prompts"] == {"temperature": 1.0, "top_p": 1.0, "max_tokens": 1, "draws": 2}
+    assert manifest["settings"]["self_prompts"] == {"temperature": 1.0, "top_p": 1.0, "max_tokens": 1, "system": None,
+                                                    "draws": 2}
 
 
 # ---- own server ----------------------------------------------------------------------------------

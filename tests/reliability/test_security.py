@@ -143,7 +143,8 @@ def test_every_config_string_reaches_the_engines_as_one_literal_argument(tmp_pat
         "sglang": {"command_prefix": [str(venv_python.parent / "vllm"), p["engines.sglang.command_prefix[]"]],
                    "env": {**env, "STANDIN_PAYLOAD": p["engines.sglang.env{}"]}},
     }
-    raw["datagen"].update(prompts=str(prompts), request_extra={"note": p["datagen.request_extra{}"]})
+    raw["datagen"].update(prompts=str(prompts), request_extra={"note": p["datagen.request_extra{}"]},
+                          self_prompts={"count": 2, "system": p["datagen.self_prompts.system"]})
     raw["bench"].update(prompts=str(prompts), drafter=str(drafter))
     for phase in ("datagen", "extract", "bench"):
         raw[phase]["server"].update(port=free_port(), api_key=header_safe(p[f"{phase}.server.api_key"]),
@@ -155,7 +156,8 @@ def test_every_config_string_reaches_the_engines_as_one_literal_argument(tmp_pat
     set_here = {"run_dir", "target.model", "engines.vllm.python", "engines.speculators.python",
                 "engines.sglang.python", "engines.vllm.command_prefix[]", "engines.speculators.command_prefix[]",
                 "engines.sglang.command_prefix[]", "engines.vllm.env{}", "engines.speculators.env{}",
-                "engines.sglang.env{}", "datagen.prompts", "datagen.request_extra{}", "bench.prompts", "bench.drafter",
+                "engines.sglang.env{}", "datagen.prompts", "datagen.request_extra{}", "datagen.self_prompts.system",
+                "bench.prompts", "bench.drafter",
                 "train.extra_args[]", "handoff.shm_dir", "handoff.dev_dir", "handoff.pycache_dirs[]",
                 "handoff.protected_process_names[]"} | {f"{ph}.server.{k}" for ph in ("datagen", "extract", "bench")
                                                          for k in ("api_key", "extra_args[]")}
@@ -222,6 +224,7 @@ def test_every_config_string_reaches_the_engines_as_one_literal_argument(tmp_pat
     # SGLang takes its key only as a flag: its launcher appends it after exec, from the environment.
     assert not any(texts["bench.server.api_key"] in j for j in joined.values()), "a key reached an argv"
     assert p["datagen.request_extra{}"] not in "".join(joined.values()), "request_extra is request JSON, not argv"
+    assert p["datagen.self_prompts.system"] not in "".join(joined.values()), "a system turn is request JSON, not argv"
 
     # Launch a stand-in engine with each argv through the Supervisor (the pack's only launcher).
     sup = Supervisor(state_dir_for(tmp_path / "launch-state"))
