@@ -77,35 +77,35 @@ def test_the_real_model_writes_prompts_of_its_own_and_a_resume_keeps_them(smollm
     def config(count: int):
         return make_config({
             "target": {"model": str(smollm2_model), "served_name": "smollm2-135m-instruct"},
-            "datagen": {"max_samples": 2, "concurrency": 8, "sampling": {"max_tokens": 32, "temperature": 0.0},
+            "datagen": {"max_samples": 2, "concurrency": 8, "sampling": {"max_tokens": 16, "temperature": 0.0},
                         "server": {"port": port, "api_key": SHARED_SERVER_KEY},
-                        "self_prompts": {"count": count, "max_tokens": 128, "system": STEER}}})
+                        "self_prompts": {"count": count, "max_tokens": 96, "system": STEER}}})
 
     port = free_port()
-    cfg = config(6)
+    cfg = config(4)
     sup = supervisor(cfg)
     t0 = time.monotonic()
     server = start_server(sup, cfg, "datagen", "vllm", cfg.datagen.server)
     try:
         url = base_url(cfg.datagen.server)
         got = run_datagen(cfg, None, base_url=url).details
-        assert (got["total"], got["samples"], got["failed"]) == (8, 8, 0), got
+        assert (got["total"], got["samples"], got["failed"]) == (6, 6, 0), got
         paths = DatagenPaths.of(cfg)
         written = [r for r in rows(paths.samples) if r["id"].startswith("self-")]
-        assert sorted(r["id"] for r in written) == [f"self-{i:05d}" for i in range(6)]
+        assert sorted(r["id"] for r in written) == [f"self-{i:05d}" for i in range(4)]
         turns = [r["conversations"][0]["content"] for r in written]
         given = {p.messages[-1]["content"] for p in load_prompts(cfg.datagen.prompts, None).prompts}
         for r, turn in zip(written, turns):
             assert [m["role"] for m in r["conversations"]] == ["user", "assistant"], r
             assert turn.strip() == turn and len(turn) > 10 and "<|im_" not in turn, turn
             assert r["conversations"][1]["content"] and r["meta"]["completion_tokens"] > 0
-        assert len(set(turns)) == 6 and not set(turns) & given
+        assert len(set(turns)) == 4 and not set(turns) & given
 
         before = paths.samples.read_bytes()
         again = run_datagen(cfg, None, base_url=url).details
-        assert (again["resumed"], again["new_samples"]) == (8, 0) and paths.samples.read_bytes() == before
-        more = run_datagen(config(8), None, base_url=url).details
-        assert (more["resumed"], more["new_samples"], more["samples"]) == (8, 2, 10)
+        assert (again["resumed"], again["new_samples"]) == (6, 0) and paths.samples.read_bytes() == before
+        more = run_datagen(config(6), None, base_url=url).details
+        assert (more["resumed"], more["new_samples"], more["samples"]) == (6, 2, 8)
         after = paths.samples.read_bytes()
         assert after.startswith(before)
         extra = [json.loads(line)["conversations"][0]["content"] for line in after[len(before):].splitlines()]
