@@ -259,6 +259,41 @@ def test_self_prompts_a_user_turn_that_cannot_finish_fails_only_its_own_prompt(v
                                                     "draws": 2}
 
 
+@pytest.mark.slow
+@pytest.mark.engine
+def test_self_prompts_written_under_a_system_turn_are_distinct_kept_on_a_resume_and_extended(vllm_server,
+                                                                                               make_config):
+    """The tiny random model ends a turn only by chance, so a stop string (request_extra, sent with every
+    request) ends its written turns: each is then a finished, distinct turn. A resume writes nothing, and a
+    larger count adds rows after the others, byte for byte."""
+    def config(count: int):
+        return make_config({"datagen": {"max_samples": 2, "request_extra": {"stop": [" "]},
+                                        "sampling": {"max_tokens": 8},
+                                        "self_prompts": {"count": count, "max_tokens": 48, "draws": 8,
+                                                         "system": "You write recipes."}}})
+
+    cfg = config(4)
+    got = run_datagen(cfg, None, base_url=vllm_server.base_url).details
+    assert (got["total"], got["samples"], got["failed"]) == (6, 6, 0), got
+    paths = DatagenPaths.of(cfg)
+    written = [r for r in rows(paths.samples) if r["id"].startswith("self-")]
+    assert sorted(r["id"] for r in written) == [f"self-{i:05d}" for i in range(4)]
+    turns = [r["conversations"][0]["content"] for r in written]
+    given = {p.messages[-1]["content"] for p in load_prompts(cfg.datagen.prompts, None).prompts}
+    for r, turn in zip(written, turns):
+        assert [m["role"] for m in r["conversations"]] == ["user", "assistant"] and turn.strip() == turn != "", r
+    assert len(set(turns)) == 4 and not set(turns) & given
+
+    before = paths.samples.read_bytes()
+    again = run_datagen(cfg, None, base_url=vllm_server.base_url).details
+    assert (again["resumed"], again["new_samples"]) == (6, 0) and paths.samples.read_bytes() == before
+    more = run_datagen(config(6), None, base_url=vllm_server.base_url).details
+    assert (more["resumed"], more["new_samples"], more["samples"]) == (6, 2, 8)
+    after = paths.samples.read_bytes()
+    extra = [json.loads(line)["conversations"][0]["content"] for line in after[len(before):].splitlines()]
+    assert after.startswith(before) and len(extra) == 2 and not set(extra) & (set(turns) | given)
+
+
 # ---- own server ----------------------------------------------------------------------------------
 
 @pytest.mark.slow
