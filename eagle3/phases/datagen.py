@@ -39,7 +39,7 @@ from ..progress import PhaseProgress
 from ..prompts import Prompt, PromptSet, load_prompts
 from ..process.services import Process, Supervisor
 from . import PhaseSummary
-from .datagen_self_prompts import UserTurnWriter, unwritten, unwritten_prompts
+from .datagen_self_prompts import UserTurnWriter, texts_taken, unwritten, unwritten_prompts
 from ..coroutines import run_coroutine
 
 PHASE = "datagen"
@@ -125,18 +125,6 @@ def datagen_prompts(cfg: PipelineConfig) -> PromptSet:
     if d.self_prompts:
         prompts = replace(prompts, prompts=prompts.prompts + unwritten_prompts(d.self_prompts.count))
     return prompts
-
-
-def _texts_taken(cfg: PipelineConfig, done_rows: list[dict]) -> list[str]:
-    """What a written prompt must not repeat: every row of the prompt set (those held out for the
-    benchmark too), bench.prompts, and the user turns of the rows already done."""
-    sets = [load_prompts(cfg.datagen.prompts, None, skip_invalid=True)]
-    bench_prompts = getattr(getattr(cfg, "bench", None), "prompts", None)
-    if bench_prompts is not None and bench_prompts.is_file():
-        sets.append(load_prompts(bench_prompts, None, skip_invalid=True))
-    turns = [m for ps in sets for p in ps.prompts for m in p.messages]
-    turns += [m for row in done_rows for m in row.get("conversations") or [] if isinstance(m, dict)]
-    return [str(m.get("content") or "") for m in turns if m.get("role") == "user"]
 
 
 def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
@@ -350,7 +338,7 @@ def run_datagen(cfg: PipelineConfig, sup: Supervisor | None,
     done_ids = {row.get("id") for row in done_rows} & wanted
     recover(paths.failures)
     todo = [p for p in prompts.prompts if p.id not in done_ids]
-    writer = UserTurnWriter(cfg, _texts_taken(cfg, done_rows)) if any(map(unwritten, todo)) else None
+    writer = UserTurnWriter(cfg, texts_taken(cfg, done_rows)) if any(map(unwritten, todo)) else None
     report = PhaseProgress(PHASE, unit="samples")
     progress = _Progress(report, len(prompts.prompts))
     progress(len(done_ids), force=True)

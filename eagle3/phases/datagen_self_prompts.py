@@ -20,7 +20,7 @@ from typing import Iterable
 
 from ..config import PipelineConfig
 from ..openai_client import InvalidResponse, OpenAIClient
-from ..prompts import Prompt
+from ..prompts import Prompt, load_prompts
 
 ID_PREFIX = "self-"
 CATEGORY = "self-written"
@@ -55,6 +55,18 @@ def user_turn_payload(cfg: PipelineConfig, prompt: Prompt, draw: int) -> dict:
     if (seed := d.sampling.seed_for(f"{prompt.id}/{draw}")) is not None:
         payload["seed"] = seed
     return payload
+
+
+def texts_taken(cfg: PipelineConfig, done_rows: list[dict]) -> list[str]:
+    """What a written prompt must not repeat: every row of the prompt set (those held out for the
+    benchmark too), bench.prompts, and the user turns of the rows already done."""
+    sets = [load_prompts(cfg.datagen.prompts, None, skip_invalid=True)]
+    bench_prompts = getattr(getattr(cfg, "bench", None), "prompts", None)
+    if bench_prompts is not None and bench_prompts.is_file():
+        sets.append(load_prompts(bench_prompts, None, skip_invalid=True))
+    turns = [m for ps in sets for p in ps.prompts for m in p.messages]
+    turns += [m for row in done_rows for m in row.get("conversations") or [] if isinstance(m, dict)]
+    return [str(m.get("content") or "") for m in turns if m.get("role") == "user"]
 
 
 class UserTurnWriter:
