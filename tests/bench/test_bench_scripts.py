@@ -10,6 +10,7 @@ under bench/ fails test_every_bench_script_has_a_smoke_test until it gets one.""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import subprocess
@@ -25,7 +26,7 @@ SMOKED = {"datagen_vs_vllm_bench.py", "datagen_client_split.py", "handoff_bench.
           "fanout_bench.py", "first_phase_bench.py", "one_server_probe.py", "noise_sampler.py",
           "startup_probe.py", "modelinfo_share_bench.py", "side_by_side_bench.py", "drafter_acceptance.py",
           "draft_vocab_coverage.py", "derive_profile.py", "alternation_probe.py", "pack_aa_bench.py",
-          "idle_ttft_probe.py", "rerun_alarms.py", "epoch_lever.py"}  # derive_profile: tests/bench/test_derive_profile.py; fanout_bench: tests/flows/test_fanout.py, on that test's two nodes
+          "idle_ttft_probe.py", "rerun_alarms.py", "epoch_lever.py", "self_prompt_mix.py"}  # derive_profile: tests/bench/test_derive_profile.py; fanout_bench: tests/flows/test_fanout.py, on that test's two nodes
 SHELL = {"gpu_carry.sh", "gpu_e2e.sh", "gpu_fetch.sh", "gpu_pack_deps.sh", "gpu_put.sh", "gpu_sglang.sh",
          "gpu_sglang_deps.sh", "gpu_wait.sh", "run_on_gpu.sh"}
 engine = [pytest.mark.slow, pytest.mark.engine]
@@ -105,6 +106,22 @@ def test_epoch_lever_reads_what_each_epoch_bought(tmp_path):
     _script("epoch_lever.py", str(log), "--json", str(tmp_path / "e.json"), timeout=60)
     rows = json.loads((tmp_path / "e.json").read_text())["epochs"]
     assert [(r["epoch"], r["expected_length"], r["gain"]) for r in rows] == [(1, 2.0, None), (2, 2.5, 0.5)]
+
+
+def test_self_prompt_mix_counts_each_share_of_both_row_shapes(tmp_path):
+    samples = tmp_path / "samples.jsonl"  # a datagen samples file: only its `self-` rows are written turns
+    samples.write_text("".join(json.dumps({"id": i, "conversations": [{"role": "user", "content": t}]}) + "\n" for i, t in [
+        ("p-1", "Write a Python function"), ("self-00000", "Q: what is 2+2?"), ("self-00001", "Fix this bug:\n```x```"),
+        ("self-00002", "写一个排序函数"), ("self-00003", "Tell me about whales")]))
+    back = tmp_path / "self-prompts.jsonl.gz"  # what bench/gpu_e2e.sh brings back
+    with gzip.open(back, "wt") as f:
+        f.write(json.dumps({"id": "self-00000", "text": "Qwen here. A regex for dates?"}) + "\n")
+    out = _script("self_prompt_mix.py", str(samples), str(back)).stdout
+    first, second = (json.loads(line) for line in out.splitlines() if line.startswith("{"))
+    assert first["turns"] == 4 and [first[k]["count"] for k in ("code", "cjk", "habit")] == [1, 1, 1]
+    assert second["turns"] == 1 and [second[k]["count"] for k in ("code", "cjk", "habit")] == [1, 0, 1]
+    low, high = first["code"]["ci95"]
+    assert 0 < low < 0.25 < high < 1
 
 
 def test_noise_sampler_smoke():
