@@ -368,14 +368,15 @@ PY
     # rest as time allows.
     qcfg="$REPO/configs/h200-qwen-coder.yaml" qrun="$REPO/runs/h200-qwen-coder"
     # The data levers: the profile with more (or fewer) samples of its set, more epochs, QWEN_SELF prompts the
-    # target writes itself (datagen.self_prompts), under the system turn QWEN_SELF_SYSTEM where given.
+    # target writes itself (datagen.self_prompts), under the system turn QWEN_SELF_SYSTEM where given, sampled at
+    # QWEN_SELF_TEMPERATURE (default 1.0).
     steer=()
     [ -n "${QWEN_SELF_SYSTEM:-}" ] && steer=(--set "datagen.self_prompts.system=$(python3 -c 'import json, sys
 print(json.dumps(sys.argv[1]))' "$QWEN_SELF_SYSTEM")")
     if [ -n "${QWEN_SAMPLES:-}${QWEN_EPOCHS:-}${QWEN_SELF:-}" ]; then
       qcfg=$(PYTHONPATH="$PACK_PATH" python3 "$REPO/bench/derive_profile.py" "$qcfg" h200-qwen-coder \
         ${QWEN_SAMPLES:+--set datagen.max_samples=$QWEN_SAMPLES} ${QWEN_EPOCHS:+--set train.epochs=$QWEN_EPOCHS} \
-        ${QWEN_SELF:+--set "datagen.self_prompts={count: $QWEN_SELF, max_tokens: 256}"} "${steer[@]}") || exit 1
+        ${QWEN_SELF:+--set "datagen.self_prompts={count: $QWEN_SELF, max_tokens: 256${QWEN_SELF_TEMPERATURE:+, temperature: $QWEN_SELF_TEMPERATURE}}"} "${steer[@]}") || exit 1
     fi
     qwen_model > "$RESULTS/qwen-model.out" 2>&1 &
     qpid=$! shipped=0
