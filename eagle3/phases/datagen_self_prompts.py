@@ -21,6 +21,7 @@ from typing import Iterable
 from ..config import PipelineConfig
 from ..openai_client import InvalidResponse, OpenAIClient
 from ..prompts import Prompt, load_prompts
+from ..prompts.sets import load_prompt_set
 
 ID_PREFIX = "self-"
 CATEGORY = "self-written"
@@ -62,8 +63,8 @@ def texts_taken(cfg: PipelineConfig, done_rows: list[dict]) -> list[str]:
     benchmark too), bench.prompts, and the user turns of the rows already done."""
     sets = [load_prompts(cfg.datagen.prompts, None, skip_invalid=True)]
     bench_prompts = getattr(getattr(cfg, "bench", None), "prompts", None)
-    if bench_prompts is not None and bench_prompts.is_file():
-        sets.append(load_prompts(bench_prompts, None, skip_invalid=True))
+    if bench_prompts is not None:  # read as the benchmark reads it: JSON, parquet or a saved dataset too
+        sets.append(load_prompt_set(bench_prompts))
     turns = [m for ps in sets for p in ps.prompts for m in p.messages]
     turns += [m for row in done_rows for m in row.get("conversations") or [] if isinstance(m, dict)]
     return [str(m.get("content") or "") for m in turns if m.get("role") == "user"]

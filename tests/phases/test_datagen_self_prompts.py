@@ -41,6 +41,19 @@ def test_unset_it_leaves_every_fingerprint_as_it_was_and_set_it_changes_datagens
     assert writing.fingerprint("extract") == plain.fingerprint("extract")
 
 
+def test_a_written_prompt_may_not_repeat_a_benchmark_prompt_of_any_set_layout(make_config, tmp_path):
+    """The benchmark's set is read as the benchmark reads it: a ShareGPT .json list counts, not only JSONL."""
+    from eagle3.phases.datagen_self_prompts import texts_taken
+
+    held = tmp_path / "bench-set.json"
+    held.write_text(json.dumps([{"id": "b-1", "conversations": [{"from": "human", "value": "Reverse a linked list."}]}]))
+    cfg = make_config({"bench": {"prompts": str(held)}})
+    done = [{"id": "self-00000", "conversations": [{"role": "user", "content": "Sort a dict by value."},
+                                                   {"role": "assistant", "content": "sorted(...)"}]}]
+    taken = texts_taken(cfg, done)
+    assert {"Reverse a linked list.", "Sort a dict by value."} <= set(taken) and "sorted(...)" not in taken
+
+
 STEER = "You are a cooking assistant: people ask you for recipes and kitchen advice."
 
 
