@@ -412,11 +412,12 @@ for line in open(sys.argv[1]):
       [ "${DRAFTER_BACK:-1}" = 1 ] &&
         DRAFTER_RUN="$qrun" DRAFTER_OUT=drafter-qwen bash "$REPO/bench/gpu_e2e.sh" "$RESULTS" drafter-out > "$RESULTS/drafter-out.log" 2>&1
       # The servers (each k, the baseline, its twin) start side by side in ~60 s + 15 s each, a slot takes
-      # ~22 s a server (concurrency 1 and 4), 200 s are kept to bring the files back: as many slots as fit,
-      # up to the profile's 3 (+1 while a speedup is undecided).
+      # ~22 s a server (concurrency 1 and 4), QWEN_KEEP_S (default 260) are kept for the run's own stop and the
+      # files: as many slots as fit, up to the profile's 3 (+1 while a speedup is undecided). A session whose
+      # commands bring the record back as it grows (gpu_fetch.sh) can keep less.
       # QWEN_KS (e.g. "[3]"): fewer speculative configs than the profile's k = 2-5, for a shorter session.
       nserv=$(( $(PYTHONPATH="$PACK_PATH" python3 -c 'import sys, yaml; print(len(yaml.safe_load(sys.argv[2] or "null") or yaml.safe_load(open(sys.argv[1]))["bench"]["num_speculative_tokens"]))' "$qcfg" "${QWEN_KS:-}") + 2 ))
-      slots=$(( ($(left) - 260 - 15 * nserv) / (22 * nserv) ))
+      slots=$(( ($(left) - ${QWEN_KEEP_S:-260} - 15 * nserv) / (22 * nserv) ))
       # One slot decides no speed but measures the acceptance (greedy: the same in every slot).
       if [ "$slots" -ge "${QWEN_MIN_SLOTS:-2}" ]; then
         windows=$(( slots < 3 ? slots : 3 )) most=$(( slots < 4 ? (slots < 3 ? slots : 3) : 4 ))

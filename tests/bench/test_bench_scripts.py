@@ -27,7 +27,7 @@ SMOKED = {"datagen_vs_vllm_bench.py", "datagen_client_split.py", "handoff_bench.
           "startup_probe.py", "modelinfo_share_bench.py", "side_by_side_bench.py", "drafter_acceptance.py",
           "draft_vocab_coverage.py", "derive_profile.py", "alternation_probe.py", "pack_aa_bench.py",
           "idle_ttft_probe.py", "rerun_alarms.py", "epoch_lever.py", "self_prompt_mix.py"}  # derive_profile: tests/bench/test_derive_profile.py; fanout_bench: tests/flows/test_fanout.py, on that test's two nodes
-SHELL = {"gpu_carry.sh", "gpu_e2e.sh", "gpu_fetch.sh", "gpu_pack_deps.sh", "gpu_put.sh", "gpu_sglang.sh",
+SHELL = {"gpu_carry.sh", "gpu_e2e.sh", "gpu_fetch.sh", "gpu_pack_deps.sh", "gpu_put.sh", "gpu_sglang.sh", "gpu_slim.sh",
          "gpu_sglang_deps.sh", "gpu_wait.sh", "run_on_gpu.sh"}
 engine = [pytest.mark.slow, pytest.mark.engine]
 
@@ -64,6 +64,33 @@ def test_gpu_put_makes_its_folder_and_leaves_no_partial_piece(tmp_path):
     src.write_bytes(b"x" * 1000)
     assert _sh("gpu_put.sh", src, tmp_path / "stage" / "drafter", "d.part07").returncode == 0
     assert [(f.name, f.stat().st_size) for f in (tmp_path / "stage" / "drafter").iterdir()] == [("d.part07", 1000)]
+
+
+def test_gpu_slim_leaves_the_raw_records_behind_and_puts_every_file_back(tmp_path):
+    """What travels is what `git ls-files` and the untracked, not ignored files hold: `on` takes the raw
+    records, the tests and the shipped weights out of both, on disk still; `off` restores index and exclude."""
+    repo = tmp_path / "repo"
+    for rel, size in [("bench/gpu_slim.sh", 0), ("bench/results/run/raw.json", 5000), ("tests/test_x.py", 300),
+                      ("configs/drafters/smollm2-135m-h200/model.safetensors.xz", 9000),
+                      ("configs/drafters/smollm2-135m-h200/config.json", 40), ("eagle3/core.py", 200)]:
+        f = repo / rel
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_bytes((REPO / "bench" / "gpu_slim.sh").read_bytes() if size == 0 else b"x" * size)
+    git = lambda *a: subprocess.run(["git", "-C", str(repo), *a], capture_output=True, text=True, check=True).stdout
+    git("init", "-q")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "all")
+    travels = lambda: sorted(set(git("ls-files").split()) | set(git("ls-files", "--others", "--exclude-standard").split()))
+    before = travels()
+    slim = lambda what: subprocess.run(["bash", str(repo / "bench" / "gpu_slim.sh"), what], capture_output=True,
+                                       text=True, timeout=30)
+    assert slim("on").returncode == 0 and slim("status").stdout.strip() == "on"
+    assert travels() == ["bench/gpu_slim.sh", "configs/drafters/smollm2-135m-h200/config.json", "eagle3/core.py"]
+    assert (repo / "bench/results/run/raw.json").stat().st_size == 5000  # left on disk
+    assert slim("on").stdout.startswith("gpu_slim: already on")
+    assert slim("off").returncode == 0 and slim("status").stdout.strip() == "off"
+    assert travels() == before and git("status", "--porcelain") == ""
+    assert "gpu_slim" not in (repo / ".git/info/exclude").read_text()
 
 
 def test_gpu_fetch_refuses_a_missing_results_dir_and_sends_each_drafter_piece_once(tmp_path):
