@@ -68,9 +68,11 @@ def test_gpu_put_makes_its_folder_and_leaves_no_partial_piece(tmp_path):
 
 def test_gpu_slim_leaves_the_raw_records_behind_and_puts_every_file_back(tmp_path):
     """What travels is what `git ls-files` and the untracked, not ignored files hold: `on` takes the raw
-    records, the tests and the shipped weights out of both, on disk still; `off` restores index and exclude."""
+    records, the tests but tests/gpu and the shipped weights out of both, on disk still; `off` restores index
+    and exclude."""
     repo = tmp_path / "repo"
     for rel, size in [("bench/gpu_slim.sh", 0), ("bench/results/run/raw.json", 5000), ("tests/test_x.py", 300),
+                      ("tests/gpu/cuda_service.py", 50),
                       ("configs/drafters/smollm2-135m-h200/model.safetensors.xz", 9000),
                       ("configs/drafters/smollm2-135m-h200/config.json", 40), ("eagle3/core.py", 200)]:
         f = repo / rel
@@ -85,7 +87,8 @@ def test_gpu_slim_leaves_the_raw_records_behind_and_puts_every_file_back(tmp_pat
     slim = lambda what: subprocess.run(["bash", str(repo / "bench" / "gpu_slim.sh"), what], capture_output=True,
                                        text=True, timeout=30)
     assert slim("on").returncode == 0 and slim("status").stdout.strip() == "on"
-    assert travels() == ["bench/gpu_slim.sh", "configs/drafters/smollm2-135m-h200/config.json", "eagle3/core.py"]
+    assert travels() == ["bench/gpu_slim.sh", "configs/drafters/smollm2-135m-h200/config.json", "eagle3/core.py",
+                         "tests/gpu/cuda_service.py"]  # the handoff bench's CUDA service travels
     assert (repo / "bench/results/run/raw.json").stat().st_size == 5000  # left on disk
     assert slim("on").stdout.startswith("gpu_slim: already on")
     assert slim("off").returncode == 0 and slim("status").stdout.strip() == "off"
