@@ -91,9 +91,13 @@ def test_gpu_slim_leaves_the_raw_records_behind_and_puts_every_file_back(tmp_pat
                          "tests/gpu/cuda_service.py"]  # the handoff bench's CUDA service travels
     assert (repo / "bench/results/run/raw.json").stat().st_size == 5000  # left on disk
     assert slim("on").stdout.startswith("gpu_slim: already on")
+    refused = subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm",
+                              "would delete the records"], capture_output=True, text=True)
+    assert refused.returncode != 0 and "gpu_slim is on" in refused.stderr  # the staged removal never lands
     assert slim("off").returncode == 0 and slim("status").stdout.strip() == "off"
     assert travels() == before and git("status", "--porcelain") == ""
     assert "gpu_slim" not in (repo / ".git/info/exclude").read_text()
+    assert not (repo / ".git/hooks/pre-commit").exists()
 
 
 def test_gpu_fetch_refuses_a_missing_results_dir_and_sends_each_drafter_piece_once(tmp_path):
