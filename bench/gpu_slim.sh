@@ -22,7 +22,8 @@ case ${1:?usage: gpu_slim.sh on|off|status} in
   on)
     slimmed && { echo "gpu_slim: already on"; exit 0; }
     # `off` resets these paths in the index: anything staged there now would be lost with it.
-    git diff --cached --quiet -- "${PATHS[@]}" || { echo "gpu_slim: staged changes under ${PATHS[*]}; commit them first" >&2; exit 1; }
+    git diff --cached --quiet -- "${PATHS[@]}" ||
+      { echo "gpu_slim: staged changes under ${PATHS[*]}; commit them first" >&2; exit 1; }
     git rm -r -q --cached -- "${PATHS[@]}"
     git add -- "${KEEP[@]}"  # tracked again, so they travel; `off` resets them with the rest
     mkdir -p "$(dirname "$EXCLUDE")"
@@ -32,11 +33,10 @@ case ${1:?usage: gpu_slim.sh on|off|status} in
       echo "gpu_slim: a pre-commit hook of your own is in place, so no guard: never commit while on" >&2
     else
       mkdir -p "$(dirname "$HOOK")"
-      printf '#!/bin/sh\n%s\necho "gpu_slim is on: run bash bench/gpu_slim.sh off before committing" >&2\nexit 1\n' \
-        "$MARK" > "$HOOK" && chmod +x "$HOOK"
+      printf '#!/bin/sh\n%s\necho "%s" >&2\nexit 1\n' "$MARK" \
+        "gpu_slim is on: run bash bench/gpu_slim.sh off before committing" > "$HOOK" && chmod +x "$HOOK"
     fi
-    echo "gpu_slim: on; the tree now travels as $(( $( (git ls-files -z; git ls-files -z --others --exclude-standard) |
-      xargs -0 du -cb 2> /dev/null | tail -1 | cut -f1) / 1048576 )) MiB; run 'bash bench/gpu_slim.sh off' before any commit" ;;
+    echo "gpu_slim: on; cut the pieces now (bench/gpu_carry.sh), and run off before any commit" ;;
   off)
     slimmed || { echo "gpu_slim: already off"; exit 0; }
     git reset -q -- "${PATHS[@]}"

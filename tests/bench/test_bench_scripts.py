@@ -27,8 +27,8 @@ SMOKED = {"datagen_vs_vllm_bench.py", "datagen_client_split.py", "handoff_bench.
           "startup_probe.py", "modelinfo_share_bench.py", "side_by_side_bench.py", "drafter_acceptance.py",
           "draft_vocab_coverage.py", "derive_profile.py", "alternation_probe.py", "pack_aa_bench.py",
           "idle_ttft_probe.py", "rerun_alarms.py", "epoch_lever.py", "self_prompt_mix.py"}  # derive_profile: tests/bench/test_derive_profile.py; fanout_bench: tests/flows/test_fanout.py, on that test's two nodes
-SHELL = {"gpu_carry.sh", "gpu_e2e.sh", "gpu_fetch.sh", "gpu_pack_deps.sh", "gpu_put.sh", "gpu_sglang.sh", "gpu_slim.sh",
-         "gpu_sglang_deps.sh", "gpu_wait.sh", "run_on_gpu.sh"}
+SHELL = {"gpu_carry.sh", "gpu_e2e.sh", "gpu_fetch.sh", "gpu_pack_deps.sh", "gpu_put.sh", "gpu_sglang.sh",
+         "gpu_sglang_deps.sh", "gpu_slim.sh", "gpu_wait.sh", "run_on_gpu.sh"}
 engine = [pytest.mark.slow, pytest.mark.engine]
 
 
@@ -71,31 +71,33 @@ def test_gpu_slim_leaves_the_raw_records_behind_and_puts_every_file_back(tmp_pat
     records, the tests but tests/gpu and the shipped weights out of both, on disk still; `off` restores index
     and exclude."""
     repo = tmp_path / "repo"
-    for rel, size in [("bench/gpu_slim.sh", 0), ("bench/results/run/raw.json", 5000), ("tests/test_x.py", 300),
-                      ("tests/gpu/cuda_service.py", 50),
+    (repo / "bench").mkdir(parents=True)
+    (repo / "bench" / "gpu_slim.sh").write_bytes((REPO / "bench" / "gpu_slim.sh").read_bytes())
+    for rel, size in [("bench/results/run/raw.json", 5000), ("tests/test_x.py", 300), ("tests/gpu/cuda_service.py", 50),
                       ("configs/drafters/smollm2-135m-h200/model.safetensors.xz", 9000),
                       ("configs/drafters/smollm2-135m-h200/config.json", 40), ("eagle3/core.py", 200)]:
-        f = repo / rel
-        f.parent.mkdir(parents=True, exist_ok=True)
-        f.write_bytes((REPO / "bench" / "gpu_slim.sh").read_bytes() if size == 0 else b"x" * size)
-    git = lambda *a: subprocess.run(["git", "-C", str(repo), *a], capture_output=True, text=True, check=True).stdout
-    git("init", "-q")
-    git("-c", "user.name=t", "-c", "user.email=t@t", "add", "-A")
-    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "all")
-    travels = lambda: sorted(set(git("ls-files").split()) | set(git("ls-files", "--others", "--exclude-standard").split()))
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_bytes(b"x" * size)
+    # No user's or system's git config: a global core.hooksPath would keep the script from installing its guard.
+    env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": "t",
+           "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    git = lambda *a, check=True: subprocess.run(["git", "-C", str(repo), *a], capture_output=True, text=True,
+                                                 check=check, env=env)
+    git("init", "-q"), git("add", "-A"), git("commit", "-qm", "all")
+    travels = lambda: sorted({*git("ls-files").stdout.split(),
+                              *git("ls-files", "--others", "--exclude-standard").stdout.split()})
     before = travels()
     slim = lambda what: subprocess.run(["bash", str(repo / "bench" / "gpu_slim.sh"), what], capture_output=True,
-                                       text=True, timeout=30)
+                                       text=True, timeout=30, env=env)
     assert slim("on").returncode == 0 and slim("status").stdout.strip() == "on"
     assert travels() == ["bench/gpu_slim.sh", "configs/drafters/smollm2-135m-h200/config.json", "eagle3/core.py",
                          "tests/gpu/cuda_service.py"]  # the handoff bench's CUDA service travels
     assert (repo / "bench/results/run/raw.json").stat().st_size == 5000  # left on disk
     assert slim("on").stdout.startswith("gpu_slim: already on")
-    refused = subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm",
-                              "would delete the records"], capture_output=True, text=True)
+    refused = git("commit", "-qm", "would delete the records", check=False)
     assert refused.returncode != 0 and "gpu_slim is on" in refused.stderr  # the staged removal never lands
     assert slim("off").returncode == 0 and slim("status").stdout.strip() == "off"
-    assert travels() == before and git("status", "--porcelain") == ""
+    assert travels() == before and git("status", "--porcelain").stdout == ""
     assert "gpu_slim" not in (repo / ".git/info/exclude").read_text()
     assert not (repo / ".git/hooks/pre-commit").exists()
 
