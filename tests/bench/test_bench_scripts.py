@@ -83,7 +83,8 @@ def test_gpu_slim_leaves_the_raw_records_behind_and_puts_every_file_back(tmp_pat
            "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
     git = lambda *a, check=True: subprocess.run(["git", "-C", str(repo), *a], capture_output=True, text=True,
                                                  check=check, env=env)
-    git("init", "-q"), git("add", "-A"), git("commit", "-qm", "all")
+    for args in (("init", "-q"), ("add", "-A"), ("commit", "-qm", "all")):
+        git(*args)
     travels = lambda: sorted({*git("ls-files").stdout.split(),
                               *git("ls-files", "--others", "--exclude-standard").stdout.split()})
     before = travels()
